@@ -1,0 +1,367 @@
+"""The cost graph: the one data model shared by the estimator, every placer and the simulator.
+
+A :class:`CostGraph` is a :class:`networkx.DiGraph` whose nodes are operations and whose edges are
+the dependencies between them (Celeritas section 4.1: ``G(V, E)``). It needs no TensorFlow, so a
+graph profiled once can be saved, reloaded and placed many times, and graphs profiled by other tools
+can be placed too.
+
+Units are seconds and bytes throughout.
+
+Node attributes (one node per operation, keyed by the op's name)
+    ``compute_time`` (float)
+        Seconds one execution of the op takes on the reference device (``w_i`` in Eq. 1-3).
+    ``persistent_bytes`` (int)
+        Memory held for the whole run: variables, optimizer slots, other state.
+    ``output_sizes`` (tuple of int)
+        Allocated bytes of each output tensor, indexed by output slot.
+    ``temporary_bytes`` (int)
+        Scratch memory held only while the op runs.
+    ``op_type`` (str)
+        The op's type, ``"Conv2D"`` for example.
+    ``colocation_group`` (str or None)
+        Ops that share a group must run on one device (TensorFlow's ``_class`` constraints,
+        merged transitively). ``None`` means the op is unconstrained.
+    ``device_kinds`` (tuple of str or None)
+        Device types that have a kernel for the op, for example ``("CPU",)``. ``None`` means any.
+
+Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
+    ``bytes`` (int)
+        Bytes the consumer needs from the producer; ``0`` for a pure control dependency.
+    ``slots`` (tuple of int)
+        The producer's output slots the edge carries, ``()`` for a control dependency. Two edges
+        that carry the same slot carry the same tensor, which a device receives once.
+    ``transfer_time`` (float)
+        Seconds the transfer takes between two devices under the graph's transfer model
+        (``c_ij`` in Eq. 1-9); ``0`` for a control dependency.
+    ``control`` (bool)
+        ``True`` when the edge is a control dependency only.
+
+Graph attributes (``graph.graph``)
+    ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``) and any metadata the
+    producer of the graph wants to keep (``source``, ``fingerprint``, ...).
+
+The JSON form (:func:`save_json` / :func:`load_json`) is documented in ``docs/costgraph_schema.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import networkx as nx
+
+from tfplace.transfer import TransferModel
+
+__all__ = [
+    "JSON_FORMAT",
+    "JSON_VERSION",
+    "CostGraph",
+    "CostGraphError",
+    "ccr",
+    "edge_time",
+    "edge_transfers",
+    "find_cycle_ops",
+    "load_json",
+    "op_memory",
+    "output_bytes",
+    "save_json",
+]
+
+JSON_FORMAT = "tfplace.costgraph"
+JSON_VERSION = 1
+
+_NODE_DEFAULTS: dict[str, Any] = {
+    "compute_time": 0.0,
+    "persistent_bytes": 0,
+    "output_sizes": (),
+    "temporary_bytes": 0,
+    "op_type": "",
+    "colocation_group": None,
+    "device_kinds": None,
+}
+
+
+class CostGraphError(ValueError):
+    """A cost graph, or its JSON form, breaks the schema: the message names the op or field."""
+
+
+class CostGraph(nx.DiGraph):
+    """A directed acyclic graph of operations with their measured or estimated costs.
+
+    Build it with :meth:`add_op` and :meth:`add_dependency`, which fill every attribute of the
+    schema; networkx's own methods work as usual on the result.
+
+    Examples
+    --------
+    >>> g = CostGraph(name="tiny")
+    >>> g.add_op("a", compute_time=1e-3, output_sizes=(400,))
+    >>> g.add_op("b", compute_time=2e-3)
+    >>> g.add_dependency("a", "b", slots=(0,))
+    >>> g.edges["a", "b"]["bytes"]
+    400
+    """
+
+    def add_op(
+        self,
+        name: str,
+        *,
+        compute_time: float = 0.0,
+        persistent_bytes: int = 0,
+        output_sizes: Iterable[int] = (),
+        temporary_bytes: int = 0,
+        op_type: str = "",
+        colocation_group: str | None = None,
+        device_kinds: Iterable[str] | None = None,
+    ) -> None:
+        """Add (or overwrite the costs of) one operation."""
+        self.add_node(
+            name,
+            compute_time=float(compute_time),
+            persistent_bytes=int(persistent_bytes),
+            output_sizes=tuple(int(s) for s in output_sizes),
+            temporary_bytes=int(temporary_bytes),
+            op_type=str(op_type),
+            colocation_group=colocation_group,
+            device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
+        )
+
+    def add_dependency(
+        self,
+        src: str,
+        dst: str,
+        *,
+        slots: Iterable[int] = (),
+        nbytes: int | None = None,
+        control: bool = False,
+    ) -> None:
+        """Add the edge ``src -> dst``, merging it with an existing edge between the pair.
+
+        ``nbytes`` defaults to the summed sizes of the producer's ``slots``; a control dependency
+        (``control=True`` and no slots) carries 0 bytes. Transfer times are filled by
+        :meth:`set_transfer_model`.
+        """
+        for op in (src, dst):
+            if op not in self:
+                raise CostGraphError(f"edge {src!r} -> {dst!r}: op {op!r} is not in the graph")
+        edge = self.edges[src, dst] if self.has_edge(src, dst) else None
+        carried = set(edge["slots"]) if edge else set()
+        added = sorted(set(slots) - carried)
+        if nbytes is None:
+            sizes = self.nodes[src]["output_sizes"]
+            nbytes = sum(sizes[s] for s in added if s < len(sizes))
+        is_control = control and not added and not carried and nbytes == 0
+        if edge is None:
+            edge = {"bytes": int(nbytes), "slots": tuple(added), "control": is_control}
+            self.add_edge(src, dst, **edge)
+            edge = self.edges[src, dst]
+        elif added or not slots:
+            edge["bytes"] += int(nbytes)
+            edge["slots"] = tuple(sorted(carried | set(added)))
+            edge["control"] = edge["control"] and is_control
+        edge["transfer_time"] = self._edge_time(edge)
+
+    @property
+    def transfer_model(self) -> TransferModel:
+        """The link model the edges' ``transfer_time`` was computed with."""
+        spec = self.graph.get("transfer_model")
+        return TransferModel.from_dict(spec) if spec else TransferModel.default()
+
+    def set_transfer_model(self, model: TransferModel) -> None:
+        """Recompute every edge's ``transfer_time`` as ``t = k * bytes + b`` (section 4.1)."""
+        self.graph["transfer_model"] = model.to_dict()
+        for _, _, edge in self.edges(data=True):
+            edge["transfer_time"] = self._edge_time(edge, model)
+
+    def _edge_time(self, edge: Mapping[str, Any], model: TransferModel | None = None) -> float:
+        return edge_time(edge, model or self.transfer_model)
+
+    def validate(self) -> None:
+        """Raise :class:`CostGraphError` naming the first op or edge that breaks the schema.
+
+        Checks every attribute's presence, type and sign, and that the graph is acyclic (the
+        message lists the ops on a cycle).
+        """
+        for name, attrs in self.nodes(data=True):
+            _validate_op(name, attrs)
+        for src, dst, attrs in self.edges(data=True):
+            _validate_edge(src, dst, attrs)
+        cycle = find_cycle_ops(self)
+        if cycle:
+            raise CostGraphError(
+                f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}"
+                + (" -> ..." if len(cycle) > 12 else "")
+            )
+
+
+def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
+    missing = [key for key in _NODE_DEFAULTS if key not in attrs]
+    if missing:
+        raise CostGraphError(f"op {name!r} lacks {', '.join(missing)}")
+    time = attrs["compute_time"]
+    if not isinstance(time, (int, float)) or not math.isfinite(time) or time < 0:
+        raise CostGraphError(f"op {name!r}: compute_time must be a finite number >= 0, got {time!r}")
+    for key in ("persistent_bytes", "temporary_bytes"):
+        value = attrs[key]
+        if not isinstance(value, int) or value < 0:
+            raise CostGraphError(f"op {name!r}: {key} must be an integer >= 0, got {value!r}")
+    sizes = attrs["output_sizes"]
+    if not isinstance(sizes, tuple) or any(not isinstance(s, int) or s < 0 for s in sizes):
+        raise CostGraphError(f"op {name!r}: output_sizes must be integers >= 0, got {sizes!r}")
+    kinds = attrs["device_kinds"]
+    if kinds is not None and (not kinds or any(not isinstance(k, str) for k in kinds)):
+        raise CostGraphError(f"op {name!r}: device_kinds must be None or device types, got {kinds!r}")
+
+
+def _validate_edge(src: str, dst: str, attrs: Mapping[str, Any]) -> None:
+    for key in ("bytes", "slots", "transfer_time", "control"):
+        if key not in attrs:
+            raise CostGraphError(f"edge {src!r} -> {dst!r} lacks {key}")
+    if not isinstance(attrs["bytes"], int) or attrs["bytes"] < 0:
+        raise CostGraphError(f"edge {src!r} -> {dst!r}: bytes must be an integer >= 0")
+    time = attrs["transfer_time"]
+    if not isinstance(time, (int, float)) or not math.isfinite(time) or time < 0:
+        raise CostGraphError(f"edge {src!r} -> {dst!r}: transfer_time must be finite and >= 0")
+
+
+def edge_transfers(attrs: Mapping[str, Any]) -> int:
+    """How many separate transfers an edge stands for: one per tensor (``len(slots)``), or the
+    ``transfers`` count a coarse graph records on its merged edges; ``0`` without bytes."""
+    if attrs["control"] or attrs["bytes"] == 0:
+        return 0
+    return int(attrs.get("transfers", max(1, len(attrs["slots"]))))
+
+
+def edge_time(attrs: Mapping[str, Any], model: TransferModel) -> float:
+    """Seconds an edge's transfers take on one link: ``k * bytes + b`` per transfer (section 4.1)."""
+    return model.k * attrs["bytes"] + model.b * edge_transfers(attrs) if attrs["bytes"] else 0.0
+
+
+def find_cycle_ops(graph: nx.DiGraph) -> list[str]:
+    """Return the ops of one directed cycle in ``graph`` in order, or ``[]`` when it is acyclic."""
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return []
+    return [str(src) for src, _ in cycle] + [str(cycle[0][0])]
+
+
+def output_bytes(graph: nx.DiGraph, op: str) -> int:
+    """Total bytes of an op's outputs."""
+    return sum(graph.nodes[op]["output_sizes"])
+
+
+def op_memory(attrs: Mapping[str, Any]) -> int:
+    """The memory an op adds to its device in the static model every placer shares.
+
+    Persistent state, every output (training keeps forward activations until the backward pass)
+    and the op's temporary memory: ``Memory[v_i]`` of Eq. 6 and Algorithm 2.
+    """
+    return int(attrs["persistent_bytes"] + sum(attrs["output_sizes"]) + attrs["temporary_bytes"])
+
+
+def ccr(graph: nx.DiGraph) -> float:
+    """Communication-to-computation ratio, Eq. 1: sum of ``c_ij`` over sum of ``w_i``."""
+    comm = sum(t for _, _, t in graph.edges(data="transfer_time"))
+    comp = sum(t for _, t in graph.nodes(data="compute_time"))
+    return comm / comp if comp > 0 else math.inf
+
+
+def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
+    """Write ``graph`` as JSON, atomically: a reader never sees a partial file."""
+    document = {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "graph": graph.graph,
+        "ops": [
+            {"name": name, **{key: _jsonable(attrs[key]) for key in _NODE_DEFAULTS}}
+            for name, attrs in graph.nodes(data=True)
+        ],
+        "edges": [
+            {
+                "src": src,
+                "dst": dst,
+                "bytes": attrs["bytes"],
+                "slots": list(attrs["slots"]),
+                "transfer_time": attrs["transfer_time"],
+                "control": attrs["control"],
+            }
+            for src, dst, attrs in graph.edges(data=True)
+        ],
+    }
+    atomic_write_text(path, json.dumps(document, separators=(",", ":")))
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def load_json(path: str | os.PathLike[str]) -> CostGraph:
+    """Read a cost graph written by :func:`save_json` (or by another tool, to the same schema).
+
+    Raises :class:`CostGraphError` naming the problem when the file is truncated, is not a cost
+    graph, or breaks the schema.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
+    if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
+        raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
+    if document.get("version") != JSON_VERSION:
+        raise CostGraphError(
+            f"{path}: cost graph version {document.get('version')!r}, this tfplace reads {JSON_VERSION}"
+        )
+    graph = CostGraph(**document.get("graph", {}))
+    for index, op in enumerate(document.get("ops", [])):
+        if not isinstance(op, dict) or "name" not in op:
+            raise CostGraphError(f"{path}: ops[{index}] has no name")
+        unknown = set(op) - set(_NODE_DEFAULTS) - {"name"}
+        if unknown:
+            raise CostGraphError(f"{path}: op {op['name']!r} has unknown fields {sorted(unknown)}")
+        fields = {**_NODE_DEFAULTS, **op}
+        graph.add_node(
+            op["name"],
+            **{key: fields[key] for key in _NODE_DEFAULTS},
+        )
+        attrs = graph.nodes[op["name"]]
+        attrs["output_sizes"] = tuple(attrs["output_sizes"] or ())
+        if attrs["device_kinds"] is not None:
+            attrs["device_kinds"] = tuple(attrs["device_kinds"])
+    for index, edge in enumerate(document.get("edges", [])):
+        if not isinstance(edge, dict) or "src" not in edge or "dst" not in edge:
+            raise CostGraphError(f"{path}: edges[{index}] needs src and dst")
+        for end in ("src", "dst"):
+            if edge[end] not in graph:
+                raise CostGraphError(f"{path}: edges[{index}] names unknown op {edge[end]!r}")
+        graph.add_edge(
+            edge["src"],
+            edge["dst"],
+            bytes=edge.get("bytes", 0),
+            slots=tuple(edge.get("slots", ())),
+            transfer_time=edge.get("transfer_time", 0.0),
+            control=bool(edge.get("control", False)),
+        )
+    graph.validate()
+    return graph
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

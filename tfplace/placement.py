@@ -1,0 +1,174 @@
+"""The result of placing a graph: which device runs each op, and what that is expected to cost."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfplace.costgraph import atomic_write_text
+from tfplace.devices import Device, DeviceSet
+from tfplace.transfer import TransferModel
+
+__all__ = ["Placement", "PlacementError"]
+
+
+class PlacementError(ValueError):
+    """A placement does not fit the graph it is applied to: the message names the ops."""
+
+
+@dataclass
+class Placement:
+    """Op -> device, with the estimates that justify it.
+
+    Attributes
+    ----------
+    assignment : dict
+        Device name of every op, by op name.
+    devices : DeviceSet
+        The devices placed on (fallback CPUs included where ops went there).
+    placer : str
+        Which placer produced it (``"celeritas"``, ``"m_etf"``, ...).
+    memory : dict
+        Static memory estimate of each device in bytes (persistent state, all outputs and the
+        largest temporary memory of its ops).
+    step_time : float or None
+        Estimated seconds of one training step (simulated), when it was estimated.
+    peak_memory : dict
+        Simulated peak memory of each device, when simulated.
+    utilization : dict
+        Simulated busy fraction of each device during a step, when simulated.
+    placement_seconds : float
+        Seconds the placer took (profiling excluded), Celeritas Table 4's metric.
+    warnings : list of str
+        Best-effort decisions the user should know about (overcommitted devices, ...).
+    """
+
+    assignment: dict[str, str]
+    devices: DeviceSet
+    placer: str = ""
+    memory: dict[str, int] = field(default_factory=dict)
+    step_time: float | None = None
+    peak_memory: dict[str, int] = field(default_factory=dict)
+    utilization: dict[str, float] = field(default_factory=dict)
+    placement_seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def device_fn(self, default: str = "") -> Callable[[Any], str]:
+        """A device function for ``with tf.device(placement.device_fn()):`` while rebuilding a graph.
+
+        Ops are matched by name; an op the placement does not know gets ``default`` (``""`` leaves
+        the choice to TensorFlow).
+        """
+        assignment = self.assignment
+
+        def device_for(op: Any) -> str:
+            return assignment.get(op.name, default)
+
+        return device_for
+
+    def apply(self, graph: Any) -> Any:
+        """Write the devices into a ``tf.Graph`` (in place) or a ``GraphDef`` / ``MetaGraphDef``
+        (returns a placed copy). See :func:`tfplace.tf_graph.apply.apply_placement`."""
+        from tfplace.tf_graph.apply import apply_placement
+
+        return apply_placement(self, graph)
+
+    def ops_on(self, device: str) -> list[str]:
+        """Names of the ops placed on ``device``."""
+        return [op for op, d in self.assignment.items() if d == device]
+
+    def summary(self) -> str:
+        """A table: per device its ops, static memory, simulated peak and utilization, then the step time."""
+        counts = Counter(self.assignment.values())
+        names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
+        rows = [("device", "ops", "memory", "of capacity", "sim. peak", "busy")]
+        capacity = {d.name: d.memory for d in self.devices.devices}
+        for name in names:
+            cap = capacity.get(name)
+            rows.append(
+                (
+                    name,
+                    f"{counts.get(name, 0):,}",
+                    _gb(self.memory.get(name, 0)),
+                    f"{self.memory.get(name, 0) / cap:.0%}" if cap else "-",
+                    _gb(self.peak_memory[name]) if name in self.peak_memory else "-",
+                    f"{self.utilization[name]:.0%}" if name in self.utilization else "-",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+            )
+            for row in rows
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        step = f"{self.step_time:.4f} s" if self.step_time is not None else "not estimated"
+        lines.append(
+            f"placer {self.placer}: estimated step time {step}, placed in {self.placement_seconds:.3f} s"
+        )
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "tfplace.placement",
+            "version": 1,
+            "placer": self.placer,
+            "devices": [{"name": d.name, "memory": d.memory} for d in self.devices.devices],
+            "links": {
+                "intra_host": self.devices.intra_host.to_dict(),
+                "inter_host": self.devices.inter_host.to_dict(),
+                "shared_bus": self.devices.shared_bus,
+            },
+            "assignment": self.assignment,
+            "memory": self.memory,
+            "step_time": self.step_time,
+            "peak_memory": self.peak_memory,
+            "utilization": self.utilization,
+            "placement_seconds": self.placement_seconds,
+            "warnings": self.warnings,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the placement as JSON (atomically)."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Placement:
+        if document.get("format") != "tfplace.placement":
+            raise PlacementError("not a tfplace placement (expected format 'tfplace.placement')")
+        links = document["links"]
+        devices = DeviceSet(
+            tuple(Device(d["name"], int(d["memory"])) for d in document["devices"]),
+            intra_host=TransferModel.from_dict(links["intra_host"]),
+            inter_host=TransferModel.from_dict(links["inter_host"]),
+            shared_bus=bool(links["shared_bus"]),
+        )
+        return cls(
+            assignment=dict(document["assignment"]),
+            devices=devices,
+            placer=document.get("placer", ""),
+            memory=dict(document.get("memory", {})),
+            step_time=document.get("step_time"),
+            peak_memory=dict(document.get("peak_memory", {})),
+            utilization=dict(document.get("utilization", {})),
+            placement_seconds=float(document.get("placement_seconds", 0.0)),
+            warnings=list(document.get("warnings", [])),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Placement:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return cls.from_dict(json.load(handle))
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise PlacementError(f"{path}: not a readable placement ({error})") from None
+
+
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB"

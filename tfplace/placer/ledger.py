@@ -1,0 +1,185 @@
+"""Device memory and placement constraints that every placer shares.
+
+The static memory model: a device holds the persistent memory and every output of the ops placed
+on it, plus the largest temporary memory of any one of them (``resident + peak temporary``).
+
+Co-location follows Celeritas section 6.1 (and Baechi): the first op of a group that is placed
+decides the device of the whole group, and the whole group's memory is counted there at once.
+Ops whose group cannot run on any target device (no kernel for its type) go to a fallback CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tfplace.costgraph import CostGraphError
+from tfplace.devices import DeviceSet
+from tfplace.indexed import IndexedGraph
+
+__all__ = ["UNPLACED", "MemoryLedger", "Overcommit"]
+
+UNPLACED = -1
+
+
+@dataclass(frozen=True)
+class Overcommit:
+    """A device holds more than its memory after a best-effort placement."""
+
+    device: str
+    used: int
+    capacity: int
+
+    @property
+    def shortfall(self) -> int:
+        return self.used - self.capacity
+
+    def __str__(self) -> str:
+        return (
+            f"{self.device} is overcommitted by {self.shortfall:,} bytes "
+            f"({self.used:,} placed on {self.capacity:,})"
+        )
+
+
+class MemoryLedger:
+    """Tracks which device each co-location group went to and the memory each device holds.
+
+    Parameters
+    ----------
+    graph : IndexedGraph
+        The ops being placed (op-level, even when a placer places clusters of them).
+    devices : DeviceSet
+        Targets, then fallback CPUs (indices into ``devices.all_devices``).
+    capacity : sequence of int, optional
+        Bytes a placer may fill on each target; defaults to each device's memory. Placers that
+        spread ops on purpose (m-TOPO's uniform cap) pass a lower cap.
+    """
+
+    def __init__(self, graph: IndexedGraph, devices: DeviceSet, capacity: Sequence[int] | None = None):
+        self.graph = graph
+        self.devices = devices
+        all_devices = devices.all_devices
+        self.num_targets = len(devices)
+        self.capacity = np.array(
+            [d.memory for d in all_devices]
+            if capacity is None
+            else list(capacity) + [d.memory for d in devices.fallback_cpus],
+            dtype=np.int64,
+        )
+        self.resident = np.zeros(len(all_devices), dtype=np.int64)
+        self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
+        self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
+        resident = graph.resident
+        self.group_resident = np.array([int(resident[m].sum()) for m in graph.group_members], dtype=np.int64)
+        self.group_temporary = np.array(
+            [int(graph.temporary[m].max()) for m in graph.group_members], dtype=np.int64
+        )
+        self.group_targets = [self._allowed_targets(members) for members in graph.group_members]
+
+    def _allowed_targets(self, members: list[int]) -> tuple[int, ...]:
+        """Targets whose device kind has a kernel for every op of a group (``()``: fallback CPU)."""
+        allowed: set[str] | None = None
+        for op in members:
+            kinds = self.graph.kinds[op]
+            if kinds is not None:
+                allowed = set(kinds) if allowed is None else allowed & set(kinds)
+        if allowed is not None and not allowed:
+            names = ", ".join(self.graph.names[op] for op in members[:6])
+            raise CostGraphError(
+                f"co-location group of {names} has no device kind that can run all of its ops"
+            )
+        return tuple(
+            d for d in range(self.num_targets) if allowed is None or self.devices.kind_of(d) in allowed
+        )
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def device_of(self, op: int) -> int:
+        """Device of an op's group, or :data:`UNPLACED`."""
+        return int(self.group_device[self.graph.group[op]])
+
+    def new_groups(self, ops: Iterable[int]) -> list[int]:
+        """Groups touched by ``ops`` that are not placed yet, each once."""
+        groups = self.graph.group
+        seen: dict[int, None] = {}
+        for op in ops:
+            g = int(groups[op])
+            if self.group_device[g] == UNPLACED:
+                seen[g] = None
+        return list(seen)
+
+    def candidates(self, groups: Sequence[int]) -> list[int]:
+        """Targets that may take unplaced ``groups``: those every group with a kernel choice
+        allows. When none constrain, or their constraints conflict, every target: :meth:`commit`
+        then sends each group that cannot run there to a device that can."""
+        allowed: set[int] | None = None
+        for g in groups:
+            targets = self.group_targets[g]
+            if targets:
+                allowed = set(targets) if allowed is None else allowed & set(targets)
+        if not allowed:
+            return list(range(self.num_targets))
+        return sorted(allowed)
+
+    def demand(self, groups: Sequence[int], device: int | None = None) -> tuple[int, int]:
+        """Resident bytes and largest temporary bytes that ``groups`` add (to ``device``: only
+        the groups that can run there)."""
+        if device is not None:
+            groups = [g for g in groups if device in self.group_targets[g]]
+        if not groups:
+            return 0, 0
+        index = np.asarray(groups)
+        return int(self.group_resident[index].sum()), int(self.group_temporary[index].max())
+
+    def used(self, device: int) -> int:
+        """Bytes a device holds: resident memory plus the largest temporary memory."""
+        return int(self.resident[device] + self.peak_temporary[device])
+
+    def fits(self, groups: Sequence[int], device: int) -> bool:
+        """Whether ``groups`` fit in the capacity left on ``device``."""
+        resident, temporary = self.demand(groups, device)
+        after = self.resident[device] + resident + max(int(self.peak_temporary[device]), temporary)
+        return bool(after <= self.capacity[device])
+
+    def least_used(self, devices: Iterable[int]) -> int:
+        """Best effort (Algorithm 2, line 20): the device with the lowest memory use."""
+        return min(devices, key=lambda d: (self.used(d) / max(int(self.capacity[d]), 1), d))
+
+    # -- updates -----------------------------------------------------------------------------
+
+    def commit(self, groups: Iterable[int], device: int) -> None:
+        """Place unplaced ``groups`` on ``device``, each whole; a group that cannot run there goes
+        to its least-used allowed target, or to the fallback CPU of ``device``'s host."""
+        for g in groups:
+            targets = self.group_targets[g]
+            if device in targets:
+                self._place_group(g, device)
+            elif targets:
+                self._place_group(g, self.least_used(targets))
+            else:
+                self._place_group(g, self.devices.fallback_for(self.devices.host_of(device)))
+
+    def _place_group(self, group: int, device: int) -> None:
+        self.group_device[group] = device
+        self.resident[device] += self.group_resident[group]
+        self.peak_temporary[device] = max(int(self.peak_temporary[device]), int(self.group_temporary[group]))
+
+    def op_devices(self) -> np.ndarray:
+        """Device of every op (after every op's group has been placed)."""
+        devices = self.group_device[self.graph.group]
+        if (devices == UNPLACED).any():
+            missing = int(np.flatnonzero(devices == UNPLACED)[0])
+            raise RuntimeError(f"op {self.graph.names[missing]!r} was never placed")
+        return devices
+
+    def overcommits(self) -> list[Overcommit]:
+        """Devices holding more than their memory (after best-effort placements)."""
+        names = [d.name for d in self.devices.all_devices]
+        memory = [d.memory for d in self.devices.all_devices]
+        return [
+            Overcommit(names[d], self.used(d), memory[d])
+            for d in range(self.num_targets)
+            if self.used(d) > memory[d]
+        ]

@@ -1,0 +1,153 @@
+"""Topological orders of a cost graph and the critical-path levels they are built from.
+
+* :func:`kahn_order` is the BFS-like order of Baechi's m-TOPO (a FIFO queue of ready ops).
+* :func:`dfs_topo_order` is DFS-TOPO (Celeritas section 4.2.2): ready children go to the head of
+  the queue, so an op's descendants follow it closely.
+* :func:`cpd_topo_order` is CPD-TOPO (Algorithm 1): DFS-TOPO whose ready queue starts sorted by
+  decreasing ``cpath = tlevel + blevel`` (Eq. 2-3) and whose children are pushed on the head in
+  increasing ``cpath``, so the child on the critical path comes next.
+
+All functions take an :class:`~tfplace.indexed.IndexedGraph` and return op positions; they raise
+:class:`~tfplace.costgraph.CostGraphError` naming ops of a cycle when the graph is not acyclic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tfplace.costgraph import CostGraphError
+from tfplace.indexed import IndexedGraph
+
+__all__ = [
+    "bottom_levels",
+    "cpd_topo_order",
+    "critical_path_lengths",
+    "dfs_topo_order",
+    "kahn_order",
+    "top_levels",
+]
+
+
+def kahn_order(graph: IndexedGraph) -> list[int]:
+    """m-TOPO's order: repeatedly emit the op at the head of a FIFO queue of ready ops."""
+    indegree = [len(p) for p in graph.pred]
+    queue = deque(i for i, d in enumerate(indegree) if d == 0)
+    order: list[int] = []
+    while queue:
+        u = queue.popleft()
+        order.append(u)
+        for v in graph.succ[u]:
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                queue.append(v)
+    _check_complete(graph, order)
+    return order
+
+
+def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:
+    """``tlevel`` of Eq. 2: the longest path from a source to each op, excluding the op itself."""
+    order = kahn_order(graph) if order is None else order
+    compute = graph.compute.tolist()
+    tlevel = [0.0] * len(graph)
+    for v in order:
+        best = 0.0
+        for u, c in zip(graph.pred[v], graph.pred_time[v]):
+            candidate = tlevel[u] + compute[u] + c
+            if candidate > best:
+                best = candidate
+        tlevel[v] = best
+    return np.asarray(tlevel)
+
+
+def bottom_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:
+    """``blevel`` of Eq. 3: the longest path from each op to a sink, including the op itself."""
+    order = kahn_order(graph) if order is None else order
+    compute = graph.compute.tolist()
+    blevel = [0.0] * len(graph)
+    for u in reversed(order):
+        best = 0.0
+        for v, c in zip(graph.succ[u], graph.succ_time[u]):
+            candidate = blevel[v] + c
+            if candidate > best:
+                best = candidate
+        blevel[u] = best + compute[u]
+    return np.asarray(blevel)
+
+
+def critical_path_lengths(graph: IndexedGraph) -> np.ndarray:
+    """``cpath = tlevel + blevel``: the longest source-to-sink path through each op."""
+    order = kahn_order(graph)
+    return top_levels(graph, order) + bottom_levels(graph, order)
+
+
+def dfs_topo_order(graph: IndexedGraph) -> list[int]:
+    """DFS-TOPO (section 4.2.2): ready ops in graph order, an op's ready children next."""
+    rank = list(range(len(graph)))
+    return _head_insertion_order(graph, initial=range(len(graph)), child_key=lambda v: -rank[v])
+
+
+def cpd_topo_order(graph: IndexedGraph, cpath: np.ndarray | None = None) -> list[int]:
+    """CPD-TOPO, function ``CPD_Topo`` of Algorithm 1.
+
+    The ready queue starts with the sources sorted by decreasing ``cpath``; each emitted op's
+    children are sorted by increasing ``cpath`` and those that became ready are pushed on the head
+    one after another, so the ready child with the largest ``cpath`` is emitted next. Ties keep
+    graph order.
+    """
+    cpath = critical_path_lengths(graph) if cpath is None else cpath
+    value = cpath.tolist()
+    sources = sorted((i for i in range(len(graph)) if not graph.pred[i]), key=lambda i: -value[i])
+    return _head_insertion_order(graph, initial=sources, child_key=value.__getitem__)
+
+
+def _head_insertion_order(
+    graph: IndexedGraph, initial: Sequence[int] | range, child_key: Callable[[int], float]
+) -> list[int]:
+    """Emit the head of a ready queue; push its newly ready children on the head in ``child_key`` order."""
+    indegree = [len(p) for p in graph.pred]
+    queue = deque(i for i in initial if indegree[i] == 0)
+    order: list[int] = []
+    while queue:
+        u = queue.popleft()
+        order.append(u)
+        ready = []
+        for v in graph.succ[u]:
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                ready.append(v)
+        if len(ready) > 1:
+            ready.sort(key=child_key)
+        queue.extendleft(ready)
+    _check_complete(graph, order)
+    return order
+
+
+def _check_complete(graph: IndexedGraph, order: list[int]) -> None:
+    if len(order) == len(graph):
+        return
+    emitted = set(order)
+    stuck = [i for i in range(len(graph)) if i not in emitted]
+    cycle = _cycle_among(graph, set(stuck))
+    raise CostGraphError(
+        f"the graph has a cycle ({len(stuck)} ops cannot be ordered), through: "
+        + " -> ".join(graph.names[i] for i in cycle[:12])
+        + (" -> ..." if len(cycle) > 12 else "")
+    )
+
+
+def _cycle_among(graph: IndexedGraph, stuck: set[int]) -> list[int]:
+    """Walk predecessors inside the unorderable ops until one repeats: that walk closes a cycle."""
+    start = min(stuck)
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    u = start
+    while u not in seen:
+        seen[u] = len(walk)
+        walk.append(u)
+        u = next(p for p in graph.pred[u] if p in stuck)
+    cycle = walk[seen[u] :]
+    cycle.reverse()
+    return [*cycle, cycle[0]]

@@ -1,0 +1,101 @@
+"""The linear transfer model ``t = k * bytes + b`` (Celeritas section 4.1) and its presets.
+
+The presets are starting points for links nobody has calibrated yet; on a real machine,
+:func:`tfplace.estimator.calibration.calibrate_transfer` times transfers between two of its
+devices and fits ``k`` and ``b``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PRESETS", "TransferModel"]
+
+
+@dataclass(frozen=True)
+class TransferModel:
+    """Seconds to move ``n`` bytes over one link: ``k * n + b``.
+
+    Parameters
+    ----------
+    k : float
+        Seconds per byte, the inverse of the link's effective bandwidth.
+    b : float
+        Seconds of fixed cost per transfer: latency plus the framework's per-tensor overhead.
+    name : str
+        What the model describes, for reports.
+    """
+
+    k: float
+    b: float
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if not (self.k >= 0 and self.b >= 0):
+            raise ValueError(
+                f"transfer model {self.name!r} needs k >= 0 and b >= 0, got k={self.k}, b={self.b}"
+            )
+
+    def time(self, nbytes: float) -> float:
+        """Seconds one transfer of ``nbytes`` takes; ``0`` for an empty transfer."""
+        return self.k * nbytes + self.b if nbytes > 0 else 0.0
+
+    @property
+    def bandwidth(self) -> float:
+        """Effective bandwidth in bytes per second."""
+        return 1.0 / self.k if self.k > 0 else float("inf")
+
+    @classmethod
+    def fit(cls, sizes: Sequence[float], seconds: Sequence[float], name: str = "fitted") -> TransferModel:
+        """Least-squares fit of ``k`` and ``b`` to measured transfer times, clipped at 0."""
+        x = np.asarray(sizes, dtype=float)
+        y = np.asarray(seconds, dtype=float)
+        if x.size < 2 or np.ptp(x) == 0:
+            raise ValueError("fitting a transfer model needs at least two different sizes")
+        k, b = np.polyfit(x, y, 1)
+        if b < 0:  # a negative intercept is noise: refit through the origin
+            k, b = float(np.dot(x, y) / np.dot(x, x)), 0.0
+        return cls(k=max(float(k), 0.0), b=float(b), name=name)
+
+    @classmethod
+    def preset(cls, name: str) -> TransferModel:
+        """One of :data:`PRESETS` by name; the error lists the known names."""
+        try:
+            return PRESETS[name]
+        except KeyError:
+            raise ValueError(f"unknown link preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+
+    @classmethod
+    def default(cls) -> TransferModel:
+        """The link of the paper's testbed: GPUs on PCIe 3 x16."""
+        return PRESETS["pcie3_x16"]
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"k": self.k, "b": self.b, "name": self.name}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, float | str]) -> TransferModel:
+        return cls(k=float(spec["k"]), b=float(spec["b"]), name=str(spec.get("name", "custom")))
+
+
+PRESETS: dict[str, TransferModel] = {
+    # Baechi's fit of TensorFlow GPU-to-GPU copies on PCIe 3 (V100s): 5.7 GB/s and 134 us, which
+    # includes TensorFlow's per-tensor overhead, not only the wire.
+    "pcie3_x16": TransferModel(k=1.754e-10, b=134e-6, name="pcie3_x16"),
+    # PCIe 4 x16 (A100 PCIe): about twice PCIe 3's effective bandwidth, the same framework overhead.
+    "pcie4_x16": TransferModel(k=0.88e-10, b=100e-6, name="pcie4_x16"),
+    # NVLink 2 between two V100s of a DGX-1 (two links, 50 GB/s each way; about 40 GB/s achieved).
+    "nvlink2": TransferModel(k=2.5e-11, b=30e-6, name="nvlink2"),
+    # NVLink 3/4 through NVSwitch (A100/H100 SXM): about 200 GB/s achieved per direction.
+    "nvlink_switch": TransferModel(k=5e-12, b=20e-6, name="nvlink_switch"),
+    # A gRPC hop between TensorFlow worker processes on one host's loopback, measured with
+    # tfplace.estimator.calibration on a 2-core machine; calibrate on yours.
+    "grpc_loopback": TransferModel(k=1.0e-9, b=400e-6, name="grpc_loopback"),
+    # 25 Gb/s Ethernet between hosts through gRPC: about 2.5 GB/s achieved.
+    "ethernet_25g": TransferModel(k=4.0e-10, b=500e-6, name="ethernet_25g"),
+    # Virtual CPU devices of one process: a pointer hand-off.
+    "same_process": TransferModel(k=0.0, b=5e-6, name="same_process"),
+}
