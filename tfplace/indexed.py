@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from tfplace.costgraph import edge_transfers
+from tfplace.costgraph import edge_time, edge_transfers
 from tfplace.devices import DeviceSet
 from tfplace.transfer import TransferModel
 
@@ -26,6 +26,8 @@ class IndexedGraph:
 
     ``succ[i]`` lists the successors of op ``i`` and ``succ_time[i]``, ``succ_bytes[i]`` and
     ``succ_transfers[i]`` and ``succ_slots[i]`` the matching edges' attributes (likewise ``pred*``);
+    ``pred_position[v][k]`` is the position of ``v`` in ``succ[pred[v][k]]``, so both ends reach the
+    same edge. ``link`` is the transfer model the ``*_time`` lists were computed with.
     ``output_sizes[i]`` gives the bytes of each output slot, so that a tensor (an op and a slot)
     needed by several consumers on one device is sent there once. ``group[i]`` is the
     co-location group id of op ``i``: ops without a group get a group of their own, so every op
@@ -47,8 +49,10 @@ class IndexedGraph:
     succ_slots: list[list[tuple[int, ...]]]
     pred: list[list[int]]
     pred_time: list[list[float]]
+    pred_position: list[list[int]]
     group: np.ndarray
     group_members: list[list[int]]
+    link: TransferModel
 
     def __len__(self) -> int:
         return len(self.names)
@@ -74,8 +78,13 @@ class IndexedGraph:
         return 0.0 if link is None else self.edge_time(u, position, link)
 
 
-def index_graph(graph: nx.DiGraph) -> IndexedGraph:
-    """Index the ops of a cost graph by position, in the graph's node order."""
+def index_graph(graph: nx.DiGraph, link: TransferModel | None = None) -> IndexedGraph:
+    """Index the ops of a cost graph by position, in the graph's node order.
+
+    Edge times are the graph's ``transfer_time``; with ``link`` they are recomputed from each edge's
+    bytes on that link (placers pass their device set's typical link, so that every time they use
+    agrees with the simulator's).
+    """
     names = list(graph.nodes)
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
@@ -112,9 +121,11 @@ def index_graph(graph: nx.DiGraph) -> IndexedGraph:
     succ_slots: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
     pred: list[list[int]] = [[] for _ in range(n)]
     pred_time: list[list[float]] = [[] for _ in range(n)]
+    pred_position: list[list[int]] = [[] for _ in range(n)]
     for src, dst, attrs in graph.edges(data=True):
         u, v = index[src], index[dst]
-        time = attrs["transfer_time"]
+        time = attrs["transfer_time"] if link is None else edge_time(attrs, link)
+        pred_position[v].append(len(succ[u]))
         succ[u].append(v)
         succ_time[u].append(time)
         succ_bytes[u].append(attrs["bytes"])
@@ -138,6 +149,13 @@ def index_graph(graph: nx.DiGraph) -> IndexedGraph:
         succ_slots=succ_slots,
         pred=pred,
         pred_time=pred_time,
+        pred_position=pred_position,
         group=group,
         group_members=group_members,
+        link=link if link is not None else _graph_link(graph),
     )
+
+
+def _graph_link(graph: nx.DiGraph) -> TransferModel:
+    spec = graph.graph.get("transfer_model")
+    return TransferModel.from_dict(spec) if spec else TransferModel.default()

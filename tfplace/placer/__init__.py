@@ -60,7 +60,7 @@ def place_cost_graph(
     """
     function = placer_function(placer)
     start = time.perf_counter()
-    indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph)
+    indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
     output = function(indexed, devices, **options)
     seconds = time.perf_counter() - start
     check_constraints(indexed, devices, output.op_devices)

@@ -1,0 +1,50 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tfplace.costgraph import CostGraph
+from tfplace.transfer import TransferModel
+
+#: A link with no per-transfer overhead and 1 second per byte: transfer times equal byte counts.
+UNIT_LINK = TransferModel(k=1.0, b=0.0, name="unit")
+
+
+def chain_graph(
+    compute: Iterable[float], edge_bytes: Iterable[int], memory: Iterable[int] | None = None
+) -> CostGraph:
+    """ops o0 -> o1 -> ... with the given compute times, edge bytes (= seconds on UNIT_LINK) and
+    persistent memory."""
+    compute = list(compute)
+    memory = list(memory) if memory is not None else [0] * len(compute)
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    sizes = [*edge_bytes, 0]
+    for i, (t, m) in enumerate(zip(compute, memory)):
+        graph.add_op(
+            f"o{i}", compute_time=t, persistent_bytes=m, output_sizes=(sizes[i],) if sizes[i] else ()
+        )
+    for i in range(len(compute) - 1):
+        graph.add_dependency(f"o{i}", f"o{i + 1}", slots=(0,) if sizes[i] else (), control=not sizes[i])
+    return graph
+
+
+def graph_from_edges(
+    edges: Iterable[tuple[str, str, int]],
+    compute: dict[str, float] | None = None,
+    **op_attrs: dict[str, object],
+) -> CostGraph:
+    """A graph from ``(src, dst, bytes)`` triples on UNIT_LINK; each op's single output carries the
+    largest of its out-edges' bytes."""
+    edges = list(edges)
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    names = list(dict.fromkeys(n for e in edges for n in e[:2]))
+    for name in names:
+        out = max((b for s, _, b in edges if s == name), default=0)
+        attrs = {key: value[name] for key, value in op_attrs.items() if name in value}
+        graph.add_op(
+            name, compute_time=(compute or {}).get(name, 1.0), output_sizes=(out,) if out else (), **attrs
+        )
+    for src, dst, nbytes in edges:
+        graph.add_dependency(src, dst, slots=(0,) if nbytes else (), nbytes=nbytes, control=not nbytes)
+    return graph

@@ -1,0 +1,115 @@
+"""Device names, memory sizes, device sets and their links."""
+
+import pytest
+
+from tfplace.devices import Device, DeviceError, DeviceName, DeviceSet, parse_memory
+from tfplace.transfer import PRESETS, TransferModel
+
+
+def test_ranges_expand_to_one_device_each():
+    devices = DeviceSet.parse("/device:GPU:0-3", "32GB")
+    assert devices.names == [f"/device:GPU:{i}" for i in range(4)]
+    assert all(d.memory == 32_000_000_000 for d in devices)
+
+
+def test_ranges_over_tasks_and_devices_expand_task_major():
+    devices = DeviceSet.parse("/job:worker/task:0-1/device:GPU:0-1", "16GiB")
+    assert devices.names[1] == "/job:worker/task:0/device:GPU:1"
+    assert devices.names[2] == "/job:worker/task:1/device:GPU:0"
+    assert devices.memory_of(0) == 16 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("/gpu:1", DeviceName(kind="GPU", index=1)),
+        ("GPU:2", DeviceName(kind="GPU", index=2)),
+        ("/device:CPU:0", DeviceName()),
+        ("/job:worker/replica:0/task:3/device:GPU:1", DeviceName("worker", 0, 3, "GPU", 1)),
+    ],
+)
+def test_every_spelling_of_a_tensorflow_device_name_parses(name, expected):
+    assert DeviceName.parse(name) == expected
+
+
+def test_the_short_and_the_full_name_find_the_same_device():
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    assert devices.index("/job:localhost/replica:0/task:0/device:GPU:1") == 1
+
+
+def test_an_unknown_device_error_lists_the_available_ones():
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    with pytest.raises(DeviceError, match=r"'/gpu:5'.*/device:GPU:0, /device:GPU:1"):
+        devices.index("/gpu:5")
+
+
+@pytest.mark.parametrize("bad", ["/device:GPU", "/jobs:x/device:GPU:0", "/device:GPU:x", ""])
+def test_malformed_device_names_are_rejected_with_the_name(bad):
+    with pytest.raises(DeviceError):
+        DeviceName.parse(bad)
+
+
+def test_repeated_devices_are_rejected():
+    with pytest.raises(DeviceError, match="repeat"):
+        DeviceSet.parse("/gpu:0,/device:GPU:0", "1GB")
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("32GB", 32 * 10**9), ("1.5GiB", 3 * 2**29), ("16e9", 16 * 10**9), ("512MiB", 2**29), (4096, 4096)],
+)
+def test_memory_sizes_read_decimal_and_binary_units(text, size):
+    assert parse_memory(text) == size
+
+
+@pytest.mark.parametrize("bad", ["lots", "32XB", "-1GB", 0])
+def test_unreadable_memory_sizes_are_rejected(bad):
+    with pytest.raises(DeviceError):
+        parse_memory(bad)
+
+
+def test_a_gpu_only_set_gets_a_fallback_cpu_per_host():
+    devices = DeviceSet.parse("/job:worker/task:0-1/device:GPU:0", "1GB")
+    assert [d.name for d in devices.fallback_cpus] == [
+        "/job:worker/replica:0/task:0/device:CPU:0",
+        "/job:worker/replica:0/task:1/device:CPU:0",
+    ]
+    assert devices.fallback_for(devices.host_of(1)) == 3
+
+
+def test_a_set_with_a_cpu_needs_no_fallback():
+    devices = DeviceSet.parse("/device:CPU:0-1", "1GB")
+    assert devices.fallback_cpus == ()
+
+
+def test_links_inside_a_host_and_between_hosts_differ():
+    intra, inter = TransferModel(1e-10, 1e-5, "intra"), TransferModel(1e-9, 1e-4, "inter")
+    devices = DeviceSet.parse("/job:w/task:0-1/device:GPU:0-1", "1GB", intra_host=intra, inter_host=inter)
+    assert devices.link(0, 1) is intra
+    assert devices.link(1, 2) is inter
+    assert devices.link(2, 2) is None
+    assert devices.transfer_time(1000, 0, 2) == pytest.approx(1e-6 + 1e-4)
+    assert devices.typical_link is inter
+
+
+def test_a_device_needs_positive_memory():
+    with pytest.raises(DeviceError, match="memory"):
+        Device("/device:GPU:0", 0)
+
+
+def test_transfer_fit_recovers_slope_and_intercept():
+    sizes = [2**i for i in range(10, 24)]
+    model = TransferModel.fit(sizes, [2e-10 * s + 3e-5 for s in sizes])
+    assert model.k == pytest.approx(2e-10)
+    assert model.b == pytest.approx(3e-5)
+
+
+def test_transfer_fit_with_negative_intercept_goes_through_the_origin():
+    model = TransferModel.fit([1, 2, 3], [0.5, 1.9, 3.1])
+    assert model.b == 0.0 and model.k > 0
+
+
+def test_unknown_link_preset_lists_the_known_ones():
+    with pytest.raises(ValueError, match="nvlink2"):
+        TransferModel.preset("token-ring")
+    assert TransferModel.preset("pcie3_x16") is PRESETS["pcie3_x16"]
