@@ -23,6 +23,9 @@ Node attributes (one node per operation, keyed by the op's name)
         merged transitively). ``None`` means the op is unconstrained.
     ``device_kinds`` (tuple of str or None)
         Device types that have a kernel for the op, for example ``("CPU",)``. ``None`` means any.
+    ``flops`` (float)
+        Floating-point operations of one execution, ``0`` when unknown (used by device models that
+        turn measured times into another device's).
 
 Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
     ``bytes`` (int)
@@ -82,6 +85,7 @@ _NODE_DEFAULTS: dict[str, Any] = {
     "op_type": "",
     "colocation_group": None,
     "device_kinds": None,
+    "flops": 0.0,
 }
 
 
@@ -116,6 +120,7 @@ class CostGraph(nx.DiGraph):
         op_type: str = "",
         colocation_group: str | None = None,
         device_kinds: Iterable[str] | None = None,
+        flops: float = 0.0,
     ) -> None:
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
@@ -127,6 +132,7 @@ class CostGraph(nx.DiGraph):
             op_type=str(op_type),
             colocation_group=colocation_group,
             device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
+            flops=float(flops),
         )
 
     def add_dependency(
@@ -201,9 +207,10 @@ def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
     missing = [key for key in _NODE_DEFAULTS if key not in attrs]
     if missing:
         raise CostGraphError(f"op {name!r} lacks {', '.join(missing)}")
-    time = attrs["compute_time"]
-    if not isinstance(time, (int, float)) or not math.isfinite(time) or time < 0:
-        raise CostGraphError(f"op {name!r}: compute_time must be a finite number >= 0, got {time!r}")
+    for key in ("compute_time", "flops"):
+        value = attrs[key]
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise CostGraphError(f"op {name!r}: {key} must be a finite number >= 0, got {value!r}")
     for key in ("persistent_bytes", "temporary_bytes"):
         value = attrs[key]
         if not isinstance(value, int) or value < 0:

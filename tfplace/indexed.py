@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from tfplace.costgraph import edge_time, edge_transfers
+from tfplace.costgraph import edge_transfers
 from tfplace.devices import DeviceSet
 from tfplace.transfer import TransferModel
 
@@ -124,12 +124,17 @@ def index_graph(graph: nx.DiGraph, link: TransferModel | None = None) -> Indexed
     pred_position: list[list[int]] = [[] for _ in range(n)]
     for src, dst, attrs in graph.edges(data=True):
         u, v = index[src], index[dst]
-        time = attrs["transfer_time"] if link is None else edge_time(attrs, link)
+        nbytes = attrs["bytes"]
+        transfers = edge_transfers(attrs) if nbytes else 0
+        if link is None:
+            time = attrs["transfer_time"]
+        else:
+            time = link.k * nbytes + link.b * transfers if nbytes else 0.0
         pred_position[v].append(len(succ[u]))
         succ[u].append(v)
         succ_time[u].append(time)
-        succ_bytes[u].append(attrs["bytes"])
-        succ_transfers[u].append(edge_transfers(attrs))
+        succ_bytes[u].append(nbytes)
+        succ_transfers[u].append(transfers)
         succ_slots[u].append(attrs["slots"])
         pred[v].append(u)
         pred_time[v].append(time)

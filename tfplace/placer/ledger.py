@@ -71,11 +71,11 @@ class MemoryLedger:
         self.resident = np.zeros(len(all_devices), dtype=np.int64)
         self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
         self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
-        resident = graph.resident
-        self.group_resident = np.array([int(resident[m].sum()) for m in graph.group_members], dtype=np.int64)
-        self.group_temporary = np.array(
-            [int(graph.temporary[m].max()) for m in graph.group_members], dtype=np.int64
-        )
+        groups = len(graph.group_members)
+        self.group_resident = np.zeros(groups, dtype=np.int64)
+        np.add.at(self.group_resident, graph.group, graph.resident)
+        self.group_temporary = np.zeros(groups, dtype=np.int64)
+        np.maximum.at(self.group_temporary, graph.group, graph.temporary)
         self.group_targets = [self._allowed_targets(members) for members in graph.group_members]
 
     def _allowed_targets(self, members: list[int]) -> tuple[int, ...]:
