@@ -1,0 +1,61 @@
+"""The roofline device model that turns CPU-measured costs into a target GPU's."""
+
+import numpy as np
+import pytest
+
+from helpers import graph_from_edges
+from tfplace.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model, op_bytes_accessed
+
+GPU = DeviceModel("test-gpu", peak_flops=1e12, memory_bandwidth=1e11, memory=2**30, launch_overhead=1e-5)
+
+
+def test_compute_bound_ops_take_flops_over_effective_peak():
+    assert GPU.op_time(6e11, 1e3) == pytest.approx(1e-5 + 6e11 / (1e12 * 0.6))
+
+
+def test_memory_bound_ops_take_bytes_over_effective_bandwidth():
+    assert GPU.op_time(1e3, 7e9) == pytest.approx(1e-5 + 7e9 / (1e11 * 0.7))
+
+
+def test_bytes_accessed_count_each_input_tensor_once_plus_outputs():
+    graph = graph_from_edges([("a", "b", 100), ("a", "c", 100), ("b", "c", 40)])
+    assert op_bytes_accessed(graph, "c") == 140
+    assert op_bytes_accessed(graph, "a") == 100
+
+
+def test_converting_gives_roofline_times_and_scales_ops_of_unknown_work():
+    graph = graph_from_edges([("conv", "loop", 4_000_000)], {"conv": 0.5, "loop": 2.0})
+    graph.nodes["conv"]["flops"] = 3e11
+    graph.nodes["loop"]["op_type"] = "While"
+    graph.nodes["loop"]["output_sizes"] = ()
+    graph.edges["conv", "loop"]["slots"] = ()
+    graph.edges["conv", "loop"]["bytes"] = 0
+    converted = convert_graph(graph, GPU)
+    conv = GPU.op_time(3e11, 4_000_000)
+    assert converted.nodes["conv"]["compute_time"] == pytest.approx(conv)
+    assert converted.nodes["loop"]["compute_time"] == pytest.approx(2.0 * conv / 0.5)
+    assert graph.nodes["conv"]["compute_time"] == 0.5  # the input graph is not modified
+
+
+def test_measured_overrides_replace_estimates():
+    graph = graph_from_edges([("a", "b", 10)])
+    assert convert_graph(graph, GPU, overrides={"b": 0.25}).nodes["b"]["compute_time"] == 0.25
+
+
+def test_calibration_recovers_the_efficiencies_of_measured_ops():
+    truth = DeviceModel(
+        "t", 1e12, 1e11, 2**30, launch_overhead=1e-5, compute_efficiency=0.4, memory_efficiency=0.9
+    )
+    flops = np.array([1e12, 2e12, 1e3, 1e3])
+    nbytes = np.array([1e6, 1e6, 5e9, 9e9])
+    seconds = np.array([truth.op_time(f, b) for f, b in zip(flops, nbytes)])
+    fitted = GPU.calibrate(flops, nbytes, seconds)
+    assert fitted.compute_efficiency == pytest.approx(0.4)
+    assert fitted.memory_efficiency == pytest.approx(0.9)
+
+
+def test_presets_cover_the_papers_and_newer_gpus():
+    assert set(DEVICE_MODELS) >= {"V100-32GB", "A100-40GB", "H100-80GB"}
+    assert device_model("V100-32GB").memory == 32 * 2**30
+    with pytest.raises(ValueError, match="A100-40GB"):
+        device_model("K80")
