@@ -91,6 +91,25 @@ def test_json_round_trip_keeps_every_attribute(tmp_path):
     assert loaded.graph == graph.graph
 
 
+def test_a_gz_path_is_compressed_and_reads_back(tmp_path):
+    graph = two_op_graph()
+    graph.add_dependency("a", "b", slots=(0,))
+    path = tmp_path / "g.json.gz"
+    save_json(graph, path)
+    assert path.read_bytes()[:2] == b"\x1f\x8b"
+    assert dict(load_json(path).nodes(data=True)) == dict(graph.nodes(data=True))
+
+
+@pytest.mark.parametrize("name", ["g.json", "g.json.gz"])
+def test_a_truncated_file_raises_a_clear_error(tmp_path, name):
+    graph = two_op_graph()
+    path = tmp_path / name
+    save_json(graph, path)
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(CostGraphError, match="truncated or corrupted"):
+        load_json(path)
+
+
 def test_a_truncated_json_file_raises_a_clear_error(tmp_path):
     graph = two_op_graph()
     path = tmp_path / "g.json"

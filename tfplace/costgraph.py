@@ -48,6 +48,7 @@ The JSON form (:func:`save_json` / :func:`load_json`) is documented in ``docs/co
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -64,6 +65,8 @@ __all__ = [
     "JSON_VERSION",
     "CostGraph",
     "CostGraphError",
+    "atomic_write_bytes",
+    "atomic_write_text",
     "ccr",
     "edge_time",
     "edge_transfers",
@@ -278,7 +281,8 @@ def ccr(graph: nx.DiGraph) -> float:
 
 
 def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
-    """Write ``graph`` as JSON, atomically: a reader never sees a partial file."""
+    """Write ``graph`` as JSON (gzip-compressed when ``path`` ends in ``.gz``), atomically: a reader
+    never sees a partial file."""
     document = {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
@@ -299,7 +303,10 @@ def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
             for src, dst, attrs in graph.edges(data=True)
         ],
     }
-    atomic_write_text(path, json.dumps(document, separators=(",", ":")))
+    text = json.dumps(document, separators=(",", ":"))
+    atomic_write_bytes(
+        path, gzip.compress(text.encode(), mtime=0) if str(path).endswith(".gz") else text.encode()
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -312,10 +319,11 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
     Raises :class:`CostGraphError` naming the problem when the file is truncated, is not a cost
     graph, or breaks the schema.
     """
+    opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        with open(path, encoding="utf-8") as handle:
+        with opener(path, "rt", encoding="utf-8") as handle:
             document = json.load(handle)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as error:
         raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
@@ -358,13 +366,19 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: an interrupted write
+    leaves neither a partial file nor the temporary one."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".partial")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
