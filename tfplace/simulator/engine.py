@@ -1,0 +1,406 @@
+"""Event-driven simulation of one training step of a placed graph: the model every placer is scored by.
+
+The rules, a model of how TensorFlow's executor runs a graph placed on several devices:
+
+1. **Ops.** Each device runs one op at a time (a GPU's compute stream), for the op's
+   ``compute_time``, and never idles while an op is ready on it. An op is *ready* on its device
+   once every input has arrived there. Among its ready ops a device starts the one ``priority``
+   ranks first: ``"fifo"`` (earliest ready time, like TensorFlow's executor), ``"critical_path"``
+   (largest ``blevel``, Eq. 3 of the paper, computed on the graph's edge times), or an explicit
+   rank per op (lower runs first), which replays a placer's own schedule order. Ties go to the
+   earlier op of the Kahn topological order.
+2. **Transfers.** A tensor is an (op, output slot) pair; an edge that carries bytes without naming
+   a slot is a tensor of its own. When its producer ends, a tensor is sent *once* to each other
+   device that has a consumer of it. The transfer takes ``k * bytes + b`` on the
+   :meth:`~tfplace.devices.DeviceSet.link` between the devices (``b`` once per transfer an edge
+   of a coarse graph stands for) and occupies, for its whole duration, the channels of
+   :func:`~tfplace.simulator.plan.route_channels`: the sender's outgoing and the receiver's
+   incoming channel (full duplex: one transfer per direction per device at a time), plus both
+   hosts' network channels between hosts; with ``devices.shared_bus`` every transfer inside a
+   host takes the host's single bus instead. A transfer starts as soon as its tensor exists and
+   all its channels are free. Transfers waiting for channels are served first come, first
+   served by the time their tensor was produced (ties: the producer's topological position);
+   a waiting transfer does not hold back a later one whose channels are free.
+3. **Control dependencies.** Across devices a control dependency (or a tensor of 0 bytes) is a
+   message that arrives after the link's latency ``b`` and occupies no channel; on one device
+   it is satisfied when the producer ends.
+4. **Memory.** A device holds the persistent bytes of its ops from time 0. An op allocates its
+   outputs and its temporary bytes when it starts and frees the temporary bytes when it ends.
+   An output slot is freed when the last of its consumers on the device and of its transfers
+   has finished; a slot nobody consumes is freed when the op ends. A received tensor is
+   allocated on the receiver when its transfer starts and freed when its last consumer there
+   ends. Frees at a moment happen before the allocations of ops and transfers starting then.
+   The first time a device holds more than ``devices.memory_of(d)``, an :class:`OomEvent`
+   names the op whose start (or received tensor) crossed the limit; the simulation goes on.
+
+The loop keeps a heap of events (op ends, transfer ends, message arrivals), a heap of ready ops
+per device and a heap of waiting transfers per route (sender, receiver), so each event costs
+``O(log n)`` plus the routes sharing a channel: 200,000 ops simulate in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from heapq import heappop, heappush
+
+import networkx as nx
+import numpy as np
+
+from tfplace.devices import DeviceSet
+from tfplace.indexed import IndexedGraph, index_graph
+from tfplace.placer.orders import bottom_levels, kahn_order
+from tfplace.simulator.plan import TransferPlan, plan_transfers
+from tfplace.simulator.result import (
+    MemoryTrace,
+    OomEvent,
+    OpTask,
+    Schedule,
+    SimulationResult,
+    TransferTask,
+)
+
+__all__ = ["PRIORITIES", "simulate"]
+
+#: The named ready-op priorities :func:`simulate` accepts (besides an explicit rank per op).
+PRIORITIES = ("fifo", "critical_path")
+
+_OP_END, _TRANSFER_END, _SIGNAL = 0, 1, 2
+
+
+def simulate(
+    graph: IndexedGraph | nx.DiGraph,
+    op_devices: np.ndarray | Sequence[int] | Mapping[str, str],
+    devices: DeviceSet,
+    *,
+    priority: str | Sequence[float] | np.ndarray = "fifo",
+    record: bool = False,
+) -> SimulationResult:
+    """Simulate one step of ``graph`` with op ``i`` on ``devices.all_devices[op_devices[i]]``.
+
+    Parameters
+    ----------
+    graph : IndexedGraph or CostGraph
+        The ops and dependencies; a cost graph is indexed with ``devices.typical_link`` (as
+        :func:`tfplace.placer.place_cost_graph` does), which sets the edge times of ``ccr`` and
+        of the ``"critical_path"`` priority. Transfers always use the devices' own links.
+    op_devices : array of int, or mapping of str to str
+        Device index of each op into ``devices.all_devices``, or op name -> device name.
+    devices : DeviceSet
+        Targets and fallback CPUs, their memory and links.
+    priority : {"fifo", "critical_path"} or sequence of float
+        Which ready op a device runs first (rule 1 of the module docstring); a sequence gives each
+        op's rank, lower first.
+    record : bool
+        Keep the schedule (op and transfer tasks, memory over time) in ``result.schedule``.
+
+    Returns
+    -------
+    SimulationResult
+
+    Raises
+    ------
+    ValueError
+        When ``op_devices`` or ``priority`` do not fit the graph (the message names the op).
+    tfplace.costgraph.CostGraphError
+        When the graph has a cycle or an edge names an output slot its producer lacks.
+    tfplace.devices.DeviceError
+        When a mapping names an unknown device.
+
+    Examples
+    --------
+    >>> from tfplace.costgraph import CostGraph
+    >>> g = CostGraph()
+    >>> g.add_op("a", compute_time=1.0, output_sizes=(1000,))
+    >>> g.add_op("b", compute_time=2.0)
+    >>> g.add_dependency("a", "b", slots=(0,))
+    >>> devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    >>> simulate(g, {"a": "/device:GPU:0", "b": "/device:GPU:0"}, devices).makespan
+    3.0
+    """
+    indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
+    placed = _resolve_devices(indexed, op_devices, devices)
+    order = kahn_order(indexed)
+    position = [0] * len(indexed)
+    for rank, op in enumerate(order):
+        position[op] = rank
+    keys = _static_keys(indexed, priority, order)
+    plan = plan_transfers(indexed, placed, devices)
+    return _Run(indexed, placed, devices, plan, position, keys, record).result()
+
+
+def _resolve_devices(
+    graph: IndexedGraph, op_devices: np.ndarray | Sequence[int] | Mapping[str, str], devices: DeviceSet
+) -> list[int]:
+    """Device index of every op, checked against the graph and the device set."""
+    n = len(graph)
+    if isinstance(op_devices, Mapping):
+        missing = [name for name in graph.names if name not in op_devices]
+        unknown = [name for name in op_devices if name not in graph.index]
+        if missing or unknown:
+            problems = [f"no device for {len(missing)} ops ({', '.join(missing[:5])})"] if missing else []
+            problems += [f"{len(unknown)} unknown ops ({', '.join(unknown[:5])})"] if unknown else []
+            raise ValueError(f"op_devices does not match the graph: {'; '.join(problems)}")
+        index = {name: devices.index(name) for name in set(op_devices.values())}
+        return [index[op_devices[name]] for name in graph.names]
+    array = np.asarray(op_devices)
+    if array.shape != (n,):
+        raise ValueError(f"op_devices has shape {array.shape}; the graph has {n} ops")
+    if n and array.dtype.kind not in "iu":
+        raise ValueError(f"op_devices must hold integer device indices, got dtype {array.dtype}")
+    bad = np.flatnonzero((array < 0) | (array >= len(devices.all_devices)))
+    if bad.size:
+        op = int(bad[0])
+        raise ValueError(
+            f"op {graph.names[op]!r} is on device {int(array[op])}; "
+            f"valid indices are 0..{len(devices.all_devices) - 1}"
+        )
+    placed: list[int] = array.astype(np.int64).tolist()
+    return placed
+
+
+def _static_keys(
+    graph: IndexedGraph, priority: str | Sequence[float] | np.ndarray, order: list[int]
+) -> list[float] | None:
+    """Each op's fixed priority key (lower runs first), or ``None`` for ``"fifo"`` (ready time)."""
+    if isinstance(priority, str):
+        if priority == "fifo":
+            return None
+        if priority == "critical_path":
+            keys: list[float] = (-bottom_levels(graph, order)).tolist()
+            return keys
+        raise ValueError(f"unknown priority {priority!r}; use one of {PRIORITIES} or a rank per op")
+    ranks = np.asarray(priority, dtype=float)
+    if ranks.shape != (len(graph),):
+        raise ValueError(f"priority ranks have shape {ranks.shape}; the graph has {len(graph)} ops")
+    if not np.isfinite(ranks).all():
+        op = int(np.flatnonzero(~np.isfinite(ranks))[0])
+        raise ValueError(f"priority rank of op {graph.names[op]!r} is {ranks[op]}, not a finite number")
+    return ranks.tolist()  # type: ignore[no-any-return]
+
+
+class _Run:
+    """One simulation: the state of devices, channels and memory, advanced event by event."""
+
+    def __init__(
+        self,
+        graph: IndexedGraph,
+        placed: list[int],
+        devices: DeviceSet,
+        plan: TransferPlan,
+        position: list[int],
+        keys: list[float] | None,
+        record: bool,
+    ) -> None:
+        self.graph, self.placed, self.devices, self.plan = graph, placed, devices, plan
+        self.position, self.keys, self.record = position, keys, record
+        count = len(devices.all_devices)
+        self.capacity = [devices.memory_of(d) for d in range(count)]
+        self.in_use = [0] * count
+        self.oom: list[OomEvent] = []
+        self.overflowed = [False] * count
+        self.op_tasks: list[OpTask] = []
+        self.transfer_tasks: list[TransferTask] = []
+        self.sample_times: list[list[float]] = [[] for _ in range(count)]
+        self.sample_bytes: list[list[int]] = [[] for _ in range(count)]
+        persistent = graph.persistent.tolist()
+        for op, d in enumerate(placed):
+            self.in_use[d] += persistent[op]
+        self.peak = list(self.in_use)
+        for d in range(count):
+            if self.in_use[d] > self.capacity[d]:
+                self._persistent_overflow(d, persistent)
+            if record:
+                self._sample(d, 0.0)
+
+    def _persistent_overflow(self, device: int, persistent: list[int]) -> None:
+        """Name the op whose persistent bytes, added in graph order, cross the device's memory."""
+        held = 0
+        for op, d in enumerate(self.placed):
+            if d == device:
+                held += persistent[op]
+                if held > self.capacity[d]:
+                    self._overflow(d, op, 0.0, "persistent")
+                    return
+
+    def _overflow(self, device: int, op: int, time: float, cause: str) -> None:
+        self.overflowed[device] = True
+        self.oom.append(
+            OomEvent(
+                device=self.devices.all_devices[device].name,
+                op=self.graph.names[op],
+                time=time,
+                bytes_in_use=self.in_use[device],
+                capacity=self.capacity[device],
+                cause=cause,
+            )
+        )
+
+    def _allocate(self, device: int, nbytes: int, time: float, op: int, cause: str) -> None:
+        """Add ``nbytes`` to a device's memory at ``time``; ``op`` and ``cause`` name an overflow."""
+        in_use = self.in_use[device] + nbytes
+        self.in_use[device] = in_use
+        if in_use > self.peak[device]:
+            self.peak[device] = in_use
+            if in_use > self.capacity[device] and not self.overflowed[device]:
+                self._overflow(device, op, time, cause)
+        if self.record and nbytes:
+            self._sample(device, time)
+
+    def _free(self, device: int, nbytes: int, time: float) -> None:
+        self.in_use[device] -= nbytes
+        if self.record and nbytes:
+            self._sample(device, time)
+
+    def _sample(self, device: int, time: float) -> None:
+        self.sample_times[device].append(time)
+        self.sample_bytes[device].append(self.in_use[device])
+
+    def result(self) -> SimulationResult:
+        makespan, moved, seconds = self._loop()
+        graph, devices = self.graph, self.devices
+        count = len(devices.all_devices)
+        plan = self.plan
+        link_bytes = np.zeros((count, count), dtype=np.int64)
+        np.add.at(link_bytes, (plan.src, plan.dst), plan.nbytes)
+        compute = float(graph.compute.sum())
+        communication = float(sum(sum(times) for times in graph.succ_time))
+        schedule = None
+        if self.record:
+            memory = [
+                MemoryTrace(np.asarray(times, dtype=float), np.asarray(sizes, dtype=np.int64))
+                for times, sizes in zip(self.sample_times, self.sample_bytes)
+            ]
+            schedule = Schedule(ops=self.op_tasks, transfers=self.transfer_tasks, memory=memory)
+        return SimulationResult(
+            makespan=makespan,
+            busy_time=np.bincount(self.placed, weights=graph.compute, minlength=count).astype(float),
+            peak_memory=np.asarray(self.peak, dtype=np.int64),
+            bytes_moved=moved,
+            link_bytes=link_bytes,
+            transfers=len(plan.producer),
+            transfer_seconds=seconds,
+            ccr=communication / compute if compute > 0 else math.inf,
+            placed_ccr=seconds / compute if compute > 0 else math.inf,
+            oom=sorted(self.oom, key=lambda event: event.time),
+            schedule=schedule,
+        )
+
+    def _loop(self) -> tuple[float, int, float]:
+        """Run every op; return the makespan, the bytes moved and the summed transfer seconds."""
+        graph, plan, placed, position, keys = self.graph, self.plan, self.placed, self.position, self.keys
+        names, record, allocate, free = graph.names, self.record, self._allocate, self._free
+        compute = graph.compute.tolist()
+        footprint = (graph.outputs + graph.temporary).tolist()
+        temporary = graph.temporary.tolist()
+        slot_counts = [len(sizes) for sizes in graph.output_sizes]
+        pending, local_next, sends, signals = plan.pending[:], plan.local_next, plan.sends, plan.signals
+        releases, slot_base, holders = plan.releases, plan.slot_base, plan.holders[:]
+        buffer_size, buffer_device = plan.buffer_size, plan.buffer_device
+        route_of, duration, consumers = plan.route, plan.duration, plan.consumers
+        route_channels, channel_routes = plan.route_channels, plan.channel_routes
+        count = len(self.devices.all_devices)
+        queues: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
+        running = [False] * count
+        waiting: list[list[tuple[float, int, int]]] = [[] for _ in plan.routes]
+        blocked = [0] * len(plan.routes)  # busy channels among each route's
+        events: list[tuple[float, int, int]] = []
+        ready_devices: set[int] = set()
+        ready_routes: set[int] = set()
+        moved, seconds, now = 0, 0.0, 0.0
+
+        def release(buffer: int, time: float) -> None:
+            holders[buffer] -= 1
+            if not holders[buffer]:
+                free(buffer_device[buffer], buffer_size[buffer], time)
+
+        def make_ready(v: int, time: float) -> None:
+            d = placed[v]
+            heappush(queues[d], (time if keys is None else keys[v], position[v], v))
+            ready_devices.add(d)
+
+        for v in range(len(graph)):
+            if not pending[v]:
+                make_ready(v, 0.0)
+        while True:
+            for d in ready_devices:
+                if not running[d] and queues[d]:
+                    u = heappop(queues[d])[2]
+                    running[d] = True
+                    end = now + compute[u]
+                    allocate(d, footprint[u], now, u, "start")
+                    heappush(events, (end, _OP_END, u))
+                    if record:
+                        self.op_tasks.append(OpTask(names[u], d, now, end))
+            ready_devices.clear()
+            candidates = [r for r in ready_routes if waiting[r]]
+            ready_routes.clear()
+            while candidates:
+                best, best_head = -1, (math.inf, 0, 0)
+                for r in candidates:
+                    queue = waiting[r]
+                    if queue and not blocked[r] and queue[0] < best_head:
+                        best, best_head = r, queue[0]
+                if best < 0:
+                    break
+                t = heappop(waiting[best])[2]
+                for c in route_channels[best]:
+                    for r in channel_routes[c]:
+                        blocked[r] += 1
+                end = now + duration[t]
+                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                heappush(events, (end, _TRANSFER_END, t))
+                moved += plan.nbytes[t]
+                seconds += duration[t]
+                if record:
+                    self.transfer_tasks.append(
+                        TransferTask(
+                            names[plan.producer[t]],
+                            plan.slot[t],
+                            plan.src[t],
+                            plan.dst[t],
+                            plan.nbytes[t],
+                            now,
+                            end,
+                        )
+                    )
+            if not events:
+                return now, moved, seconds
+            now = events[0][0]
+            while events and events[0][0] <= now:
+                _, kind, x = heappop(events)
+                if kind == _OP_END:
+                    d = placed[x]
+                    running[d] = False
+                    ready_devices.add(d)
+                    free(d, temporary[x], now)
+                    base = slot_base[x]
+                    for buffer in range(base, base + slot_counts[x]):
+                        if not holders[buffer]:
+                            free(d, buffer_size[buffer], now)
+                    for buffer in releases[x]:
+                        release(buffer, now)
+                    for v in local_next[x]:
+                        pending[v] -= 1
+                        if not pending[v]:
+                            make_ready(v, now)
+                    for t in sends[x]:
+                        heappush(waiting[route_of[t]], (now, position[x], t))
+                        ready_routes.add(route_of[t])
+                    for v, latency in signals[x]:
+                        heappush(events, (now + latency, _SIGNAL, v))
+                elif kind == _TRANSFER_END:
+                    for c in route_channels[route_of[x]]:
+                        for r in channel_routes[c]:
+                            blocked[r] -= 1
+                            ready_routes.add(r)
+                    for buffer in plan.holds[x]:
+                        release(buffer, now)
+                    for v in consumers[x]:
+                        pending[v] -= 1
+                        if not pending[v]:
+                            make_ready(v, now)
+                else:
+                    pending[x] -= 1
+                    if not pending[x]:
+                        make_ready(x, now)

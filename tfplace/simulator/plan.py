@@ -1,0 +1,234 @@
+"""What a placement makes each op wait for, send and hold: the static part of a simulation.
+
+Given where every op runs, :func:`plan_transfers` turns the graph's edges into
+
+* *local deliveries*: an edge between two ops of one device, satisfied when the producer ends;
+* *transfers*: a tensor (producer op, output slot) sent once to each other device that has a
+  consumer of it; an edge that carries bytes without naming a slot is a tensor of its own;
+* *signals*: a control dependency, or a tensor of 0 bytes, between two devices: a message that
+  costs the link's latency ``b`` and occupies no channel;
+* *buffers*: each output slot of each op on its device, and each received tensor on its receiver,
+  with the number of holders that must release it before it is freed;
+* *routes*: the (sender, receiver) device pairs, each with the channels its transfers occupy.
+
+The event loop in :mod:`tfplace.simulator.engine` only follows these lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tfplace.costgraph import CostGraphError
+from tfplace.devices import DeviceSet
+from tfplace.indexed import IndexedGraph
+from tfplace.transfer import TransferModel
+
+__all__ = ["TransferPlan", "channel_count", "plan_transfers", "route_channels"]
+
+
+@dataclass(frozen=True)
+class TransferPlan:
+    """Per-op, per-transfer and per-buffer lists of one placed graph; op ``i`` is ``graph.names[i]``.
+
+    Ops
+        ``pending[v]`` deliveries op ``v`` waits for; ``local_next[u]`` the consumers of ``u`` on
+        its device (one delivery each when ``u`` ends); ``sends[u]`` the transfers ``u`` starts
+        queueing when it ends; ``signals[u]`` the ``(consumer, latency)`` messages it sends then;
+        ``releases[v]`` the buffers ``v`` stops holding when it ends.
+    Buffers
+        ``slot_base[u] + s`` is the buffer of output slot ``s`` of ``u``; every buffer has a size,
+        a device and ``holders`` (the releases it waits for; ``0`` frees it when its op ends).
+    Transfers (one entry per tensor and receiving device)
+        ``producer``, ``slot`` (``None`` for a slotless edge), ``src``, ``dst`` devices, ``nbytes``,
+        ``duration`` (``k * bytes + b`` per transfer the edge stands for), ``route``, ``holds`` (the
+        sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
+        received copy on ``dst``).
+    Routes
+        ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
+        ``channel_routes[c]`` the routes that use channel ``c``.
+    """
+
+    pending: list[int]
+    local_next: list[list[int]]
+    sends: list[list[int]]
+    signals: list[list[tuple[int, float]]]
+    releases: list[list[int]]
+    slot_base: list[int]
+    buffer_size: list[int]
+    buffer_device: list[int]
+    holders: list[int]
+    channel_routes: list[list[int]]
+    producer: list[int] = field(default_factory=list)
+    slot: list[int | None] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
+    duration: list[float] = field(default_factory=list)
+    route: list[int] = field(default_factory=list)
+    holds: list[Sequence[int]] = field(default_factory=list)
+    consumers: list[list[int]] = field(default_factory=list)
+    buffer: list[int] = field(default_factory=list)
+    routes: list[tuple[int, int]] = field(default_factory=list)
+    route_channels: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def route_channels(devices: DeviceSet, src: int, dst: int) -> tuple[int, ...]:
+    """The channels a transfer from device ``src`` to ``dst`` occupies for its whole duration.
+
+    With ``D = len(devices.all_devices)`` devices and ``H`` hosts (in order of first appearance),
+    channel ``d`` is device ``d``'s outgoing link, ``D + d`` its incoming link, ``2D + h`` host
+    ``h``'s shared bus, ``2D + H + h`` its network-out and ``2D + 2H + h`` its network-in channel.
+    Inside a host a transfer takes the sender's out and the receiver's in channel (full duplex),
+    or the host's one bus when ``devices.shared_bus``; between hosts it takes the sender's out, the
+    receiver's in and both hosts' network channels.
+    """
+    count = len(devices.all_devices)
+    hosts = list(dict.fromkeys(devices.host_of(d) for d in range(count)))
+    src_host, dst_host = hosts.index(devices.host_of(src)), hosts.index(devices.host_of(dst))
+    if src_host != dst_host:
+        return (src, count + dst, 2 * count + len(hosts) + src_host, 2 * count + 2 * len(hosts) + dst_host)
+    if devices.shared_bus:
+        return (2 * count + src_host,)
+    return (src, count + dst)
+
+
+def channel_count(devices: DeviceSet) -> int:
+    """Number of channels :func:`route_channels` numbers."""
+    count = len(devices.all_devices)
+    hosts = {devices.host_of(d) for d in range(count)}
+    return 2 * count + 3 * len(hosts)
+
+
+def plan_transfers(graph: IndexedGraph, placed: Sequence[int], devices: DeviceSet) -> TransferPlan:
+    """Build the :class:`TransferPlan` of ``graph`` with op ``i`` on device ``placed[i]``.
+
+    Raises
+    ------
+    CostGraphError
+        When an edge names an output slot its producer has no size for.
+    """
+    n = len(graph)
+    output_sizes = graph.output_sizes
+    slot_base = [0] * n
+    buffer_size: list[int] = []
+    buffer_device: list[int] = []
+    for u in range(n):
+        slot_base[u] = len(buffer_size)
+        buffer_size.extend(output_sizes[u])
+        buffer_device.extend([placed[u]] * len(output_sizes[u]))
+    holders = [0] * len(buffer_size)
+    pending = [0] * n
+    local_next: list[list[int]] = [[] for _ in range(n)]
+    sends: list[list[int]] = [[] for _ in range(n)]
+    signals: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    releases: list[list[int]] = [[] for _ in range(n)]
+    plan = TransferPlan(
+        pending=pending,
+        local_next=local_next,
+        sends=sends,
+        signals=signals,
+        releases=releases,
+        slot_base=slot_base,
+        buffer_size=buffer_size,
+        buffer_device=buffer_device,
+        holders=holders,
+        channel_routes=[[] for _ in range(channel_count(devices))],
+    )
+    route_of: dict[tuple[int, int], int] = {}
+    every_device = range(len(devices.all_devices))
+    links = [[devices.link(s, d) for d in every_device] for s in every_device]
+    for u in range(n):
+        du = placed[u]
+        sizes = output_sizes[u]
+        base = slot_base[u]
+        every_slot = range(base, base + len(sizes))
+        tensors: dict[tuple[int, int], int] = {}  # (slot, device) -> transfer
+        for v, nbytes, slots, count in zip(
+            graph.succ[u], graph.succ_bytes[u], graph.succ_slots[u], graph.succ_transfers[u]
+        ):
+            dv = placed[v]
+            if slots and max(slots) >= len(sizes):
+                raise CostGraphError(
+                    f"edge {graph.names[u]!r} -> {graph.names[v]!r} carries output slots {list(slots)} "
+                    f"but {graph.names[u]!r} has {len(sizes)} output sizes"
+                )
+            if dv == du:
+                local_next[u].append(v)
+                pending[v] += 1
+                held = [base + s for s in slots] if slots else every_slot if nbytes else ()
+                for buffer in held:
+                    holders[buffer] += 1
+                    releases[v].append(buffer)
+                continue
+            link = links[du][dv]
+            assert link is not None  # du != dv
+            if not slots and nbytes:
+                t = _add_transfer(plan, route_of, devices, link, u, None, du, dv, nbytes, count, every_slot)
+                _deliver(plan, t, v)
+                continue
+            sent = False
+            for s in slots:
+                size = sizes[s]
+                if size:
+                    sent = True
+                    t = tensors.get((s, dv), -1)
+                    if t < 0:
+                        t = tensors[s, dv] = _add_transfer(
+                            plan, route_of, devices, link, u, s, du, dv, size, 1, (base + s,)
+                        )
+                    _deliver(plan, t, v)
+            if not sent:  # a control dependency, or tensors of 0 bytes: a message of latency b
+                signals[u].append((v, link.b))
+                pending[v] += 1
+    return plan
+
+
+def _add_transfer(
+    plan: TransferPlan,
+    route_of: dict[tuple[int, int], int],
+    devices: DeviceSet,
+    link: TransferModel,
+    u: int,
+    slot: int | None,
+    src: int,
+    dst: int,
+    nbytes: int,
+    count: int,
+    holds: Sequence[int],
+) -> int:
+    """Register one tensor of op ``u`` sent from device ``src`` to ``dst``; return its transfer id."""
+    route = route_of.get((src, dst), -1)
+    if route < 0:
+        route = route_of[src, dst] = len(plan.routes)
+        plan.routes.append((src, dst))
+        channels = route_channels(devices, src, dst)
+        plan.route_channels.append(channels)
+        for channel in channels:
+            plan.channel_routes[channel].append(route)
+    t = len(plan.producer)
+    plan.producer.append(u)
+    plan.slot.append(slot)
+    plan.src.append(src)
+    plan.dst.append(dst)
+    plan.nbytes.append(nbytes)
+    plan.duration.append(link.k * nbytes + link.b * count)
+    plan.route.append(route)
+    plan.holds.append(holds)
+    for buffer in holds:
+        plan.holders[buffer] += 1
+    plan.consumers.append([])
+    plan.buffer.append(len(plan.buffer_size))
+    plan.buffer_size.append(nbytes)
+    plan.buffer_device.append(dst)
+    plan.holders.append(0)
+    plan.sends[u].append(t)
+    return t
+
+
+def _deliver(plan: TransferPlan, t: int, v: int) -> None:
+    """Op ``v`` waits for transfer ``t`` and holds the received copy until it ends."""
+    plan.consumers[t].append(v)
+    plan.pending[v] += 1
+    plan.releases[v].append(plan.buffer[t])
+    plan.holders[plan.buffer[t]] += 1
