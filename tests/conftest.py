@@ -1,0 +1,37 @@
+"""Fixtures shared by several test modules."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TEST_DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def saved_graphs():
+    """``tests/data/graphs.json``: for each saved test graph its file, loss, train op and placeholders."""
+    return json.loads((TEST_DATA / "graphs.json").read_text())
+
+
+@pytest.fixture
+def load_saved_graph(saved_graphs):
+    """``load_saved_graph(name, batch_size=4) -> (tf.Graph, entry, feeds)``: a fresh graph read from
+    ``tests/data/<name>.meta``, its ``graphs.json`` entry, and a feed dict of fixed random data
+    (integer placeholders get labels in ``0..2``)."""
+    from tfplace.tf_graph.importer import load_graph
+
+    def load(name, batch_size=4):
+        entry = saved_graphs[name]
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for placeholder, spec in entry["placeholders"].items():
+            shape = [batch_size if d is None else d for d in spec["shape"]]
+            if spec["dtype"].startswith("int"):
+                feeds[f"{placeholder}:0"] = rng.integers(0, 3, shape).astype(spec["dtype"])
+            else:
+                feeds[f"{placeholder}:0"] = rng.standard_normal(shape).astype(spec["dtype"])
+        return load_graph(TEST_DATA / entry["file"]), entry, feeds
+
+    return load
