@@ -1,0 +1,83 @@
+"""Transfer calibration between TensorFlow devices and the loopback worker cluster."""
+
+import math
+import os
+import socket
+
+import pytest
+
+from tfplace.estimator.calibration import calibrate_transfer
+from tfplace.tf_graph.cluster import LocalCluster
+
+SMALL_SIZES = (2**10, 2**16, 2**20)
+
+
+def is_running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def accepts(port):
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("localhost", port)) == 0
+
+
+def assert_usable(model):
+    assert math.isfinite(model.k) and model.k >= 0
+    assert math.isfinite(model.b) and model.b >= 0
+
+
+@pytest.mark.tensorflow
+def test_calibration_between_two_virtual_cpus_gives_a_finite_non_negative_model():
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+    model = calibrate_transfer("/device:CPU:0", "/device:CPU:1", config=config, sizes=SMALL_SIZES, repeats=3)
+    assert_usable(model)
+    assert model.name == "/device:CPU:0 -> /device:CPU:1"
+
+
+@pytest.mark.tensorflow
+def test_calibration_rejects_transfers_smaller_than_one_float():
+    with pytest.raises(ValueError, match=r"at least 4 bytes.*\[2\]"):
+        calibrate_transfer("/device:CPU:0", "/device:CPU:0", sizes=(2, 1024))
+
+
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_loopback_workers_carry_a_calibrated_transfer_and_leave_no_process_or_port_behind():
+    with LocalCluster(2) as cluster:
+        pids, ports = cluster.pids, list(cluster.ports)
+        assert cluster.target == f"grpc://localhost:{ports[0]}"
+        assert cluster.cluster_spec == {"worker": [f"localhost:{port}" for port in ports]}
+        model = calibrate_transfer(
+            cluster.device(0), cluster.device(1), target=cluster.target, sizes=SMALL_SIZES, repeats=2
+        )
+        assert_usable(model)
+    assert not any(is_running(pid) for pid in pids)
+    assert not any(accepts(port) for port in ports)
+
+
+@pytest.mark.tensorflow
+@pytest.mark.slow
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_cluster_leaves_no_process_behind_when_its_body_raises(error):
+    with pytest.raises(error), LocalCluster(1) as cluster:
+        pids = cluster.pids
+        assert all(is_running(pid) for pid in pids)
+        raise error("stop")
+    assert not any(is_running(pid) for pid in pids)
+
+
+def test_cluster_device_names_follow_tensorflow_and_unknown_tasks_are_rejected():
+    cluster = LocalCluster(2)
+    assert cluster.device(1) == "/job:worker/replica:0/task:1/device:CPU:0"
+    assert cluster.device(0, "GPU", 1) == "/job:worker/replica:0/task:0/device:GPU:1"
+    with pytest.raises(ValueError, match="task 2"):
+        cluster.device(2)
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = cluster.target

@@ -1,0 +1,154 @@
+"""Profiling a tf.Graph at several batch sizes: medians, estimates for unreported ops, feed checks."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tfplace.estimator import profiler
+from tfplace.estimator.profiler import TIME_FLOOR, profile_graph
+from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+
+pytestmark = pytest.mark.tensorflow
+
+FAST = {"batch_sizes": (1, 2), "warmup_steps": 1, "traced_steps": 3}
+
+
+def dense_graph():
+    """x[None, 4] @ w[4, 3] -> reduce_sum -> one gradient-descent step; returns (graph, train_op)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
+        weights = tf.compat.v1.get_variable("w", [4, 3])
+        logits = tf.matmul(x, weights, name="logits")
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss"
+        )
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    return graph, train
+
+
+def dense_feeds(batch_size):
+    return {"x:0": np.ones((batch_size, 4), np.float32), "labels": np.zeros(batch_size, np.int32)}
+
+
+def test_every_op_of_the_step_is_profiled_at_every_batch_and_initializers_are_not():
+    graph, train = dense_graph()
+    result = profile_graph(graph, train, dense_feeds, **FAST)
+    assert result.batch_sizes == (1, 2)
+    ops = set(result.costs[1])
+    assert ops == set(result.costs[2])
+    assert {"x", "labels", "w", "logits", "train"} <= ops
+    assert not any("Initializer" in op or op.endswith("/Assign") for op in ops)
+    assert result.costs[2]["logits"].output_sizes == (2 * 3 * 4,)
+    assert result.costs[1]["w"].persistent_bytes == 4 * 3 * 4
+    assert all(
+        cost.compute_time >= TIME_FLOOR for per_op in result.costs.values() for cost in per_op.values()
+    )
+    assert result.estimated_ops == ()
+
+
+def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch):
+    times = itertools.cycle([5e-6, 1e-6, 400e-6, 2e-6, 3e-6])
+    sizes = itertools.cycle([8, 8, 8000, 8, 8])
+
+    def fake_traces(metadata, names):
+        time, size = next(times), next(sizes)
+        return {name: OpTrace(time, (size,), size, 0, "/device:CPU:0", 1) for name in names}
+
+    monkeypatch.setattr(profiler, "collect_op_traces", fake_traces)
+    graph, train = dense_graph()
+    result = profile_graph(graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5)
+    for per_op in result.costs.values():
+        for cost in per_op.values():
+            assert cost.compute_time == pytest.approx(3e-6)
+            assert cost.output_sizes[0] == 8
+            assert cost.temporary_bytes == 8
+
+
+def test_zero_measured_times_are_raised_to_the_floor(monkeypatch):
+    def zero_time(metadata, names):
+        return {name: OpTrace(0.0, (), 0, 0, "/device:CPU:0", 1) for name in names}
+
+    monkeypatch.setattr(profiler, "collect_op_traces", zero_time)
+    graph, train = dense_graph()
+    result = profile_graph(graph, train, dense_feeds, **FAST)
+    assert {cost.compute_time for cost in result.costs[1].values()} == {TIME_FLOOR}
+
+
+def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(monkeypatch):
+    def without_logits(metadata, names):
+        traces = collect_op_traces(metadata, names)
+        traces.pop("logits")
+        return traces
+
+    monkeypatch.setattr(profiler, "collect_op_traces", without_logits)
+    graph, train = dense_graph()
+    result = profile_graph(graph, train, dense_feeds, **FAST)
+    assert result.estimated_ops == ("logits",)
+    for batch in (1, 2):
+        estimate = result.costs[batch]["logits"]
+        assert estimate.output_sizes == (batch * 3 * 4,)
+        assert estimate.compute_time > TIME_FLOOR
+
+
+def test_a_lowered_while_loop_is_measured_and_its_output_slots_estimated_from_shapes():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        weights = tf.compat.v1.get_variable("w", [4, 4])
+        _, out = tf.compat.v1.while_loop(
+            lambda i, a: i < 3, lambda i, a: (i + 1, tf.matmul(a, weights)), [tf.constant(0), x], name="loop"
+        )
+        loss = tf.reduce_sum(out, name="loss")
+    result = profile_graph(graph, loss, lambda b: {"x": np.ones((b, 4), np.float32)}, **FAST)
+    assert "loop" in result.estimated_outputs
+    loop = graph.get_operation_by_name("loop")
+    for batch in (1, 2):
+        cost = result.costs[batch]["loop"]
+        assert len(cost.output_sizes) == len(loop.outputs)
+        assert cost.output_sizes[3] == batch * 4 * 4  # loop:3 is the loop variable a: [batch, 4] float32
+        assert cost.compute_time > TIME_FLOOR
+
+
+def test_a_graph_def_is_profiled_like_its_graph():
+    import tensorflow as tf
+
+    graph, _ = dense_graph()
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    result = profile_graph(graph.as_graph_def(), "train", dense_feeds, init_op=init.name, **FAST)
+    assert "logits" in result.costs[1]
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        (
+            lambda b: {"x:0": np.ones((b, 5), np.float32), "labels": np.zeros(b, np.int32)},
+            r"'x:0'.*\(1, 5\).*4",
+        ),
+        (
+            lambda b: {"x:0": np.ones((b, 4), np.float32), "labels": np.zeros(b, np.float32)},
+            "'labels:0'.*int32",
+        ),
+        (lambda b: {"x:0": np.ones((b, 4), np.float32)}, r"\['labels'\].*not fed"),
+        (lambda b: {**dense_feeds(b), "images:0": np.ones(b)}, "'images:0' names no tensor"),
+    ],
+    ids=["shape", "dtype", "missing", "unknown"],
+)
+def test_feed_mismatches_raise_naming_the_placeholder(feeds, message):
+    graph, train = dense_graph()
+    with pytest.raises(ValueError, match=message):
+        profile_graph(graph, train, feeds, **FAST)
+
+
+def test_a_fetch_outside_the_graph_is_named():
+    graph, _ = dense_graph()
+    with pytest.raises(ValueError, match="'nothing'"):
+        profile_graph(graph, "nothing", dense_feeds, **FAST)

@@ -1,0 +1,170 @@
+"""The per-op cost regression on the batch size and filling a cost graph with its predictions."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfplace.costgraph import CostGraph, CostGraphError
+from tfplace.estimator.profiler import OpCost, ProfileSet
+from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
+from tfplace.transfer import TransferModel
+
+BATCHES = (1, 2, 4)
+
+
+def profile(costs_at):
+    """A ProfileSet from ``costs_at(batch) -> {op: OpCost}`` at BATCHES."""
+    return ProfileSet(batch_sizes=BATCHES, costs={b: costs_at(b) for b in BATCHES})
+
+
+def timed(times):
+    """A profile of one op ``a`` with the given compute time per batch size."""
+    return profile(lambda b: {"a": OpCost(times[BATCHES.index(b)], (4 * b,), 0, 0)})
+
+
+def test_memory_that_is_linear_in_the_batch_is_recovered_exactly():
+    def costs_at(b):
+        return {
+            "conv": OpCost(1e-3 * b, (1000 * b + 24, 8), 512 * b + 64, 4096),
+            "shape": OpCost(1e-6, (16,), 0, 0),
+        }
+
+    model = OpCostRegression().fit(profile(costs_at))
+    for batch in (3, 8, 512):
+        predicted = model.predict(batch)
+        assert predicted["conv"].output_sizes == (1000 * batch + 24, 8)
+        assert predicted["conv"].temporary_bytes == 512 * batch + 64
+        assert predicted["conv"].persistent_bytes == 4096
+        assert predicted["shape"].output_sizes == (16,)
+
+
+def test_a_time_line_with_overhead_is_recovered():
+    model = OpCostRegression().fit(timed([3e-3, 5e-3, 9e-3]))
+    assert model.time_fit_ == ["line"]
+    assert model.predict(8)["a"].compute_time == pytest.approx(17e-3)
+    np.testing.assert_allclose(model.time_line_[0], [2e-3, 1e-3])
+
+
+def test_times_a_line_does_not_explain_get_a_power_law():
+    # t = 1e-6 * sqrt(batch); the best line misses t(1) by 3.5%, more than the tolerance
+    model = OpCostRegression(line_tolerance=0.01).fit(timed([1e-6, np.sqrt(2) * 1e-6, 2e-6]))
+    assert model.time_fit_ == ["power"]
+    np.testing.assert_allclose(model.time_power_[0], [1e-6, 0.5])
+    assert model.predict(16)["a"].compute_time == pytest.approx(4e-6)
+
+
+def test_times_growing_faster_than_the_batch_are_predicted_proportional():
+    model = OpCostRegression().fit(timed([1e-6, 2e-6, 9e-6]))
+    assert model.time_fit_ == ["power"]
+    assert model.time_power_[0, 1] == 1.0
+    assert model.predict(8)["a"].compute_time == pytest.approx(2 * model.predict(4)["a"].compute_time)
+
+
+def test_times_falling_with_the_batch_are_predicted_constant():
+    model = OpCostRegression().fit(timed([8e-6, 4e-6, 2e-6]))
+    assert model.time_fit_ == ["power"]
+    assert model.predict(1)["a"].compute_time == pytest.approx(4e-6)
+    assert model.predict(64)["a"].compute_time == pytest.approx(4e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.lists(st.floats(min_value=1e-7, max_value=10.0), min_size=3, max_size=3),
+    batch=st.integers(min_value=1, max_value=100_000),
+)
+def test_predicted_time_is_never_negative_and_never_falls_as_the_batch_grows(times, batch):
+    model = OpCostRegression().fit(timed(times))
+    now = model.predict(batch)["a"].compute_time
+    assert now >= model.time_floor
+    assert model.predict(batch + 1)["a"].compute_time >= now
+    assert (model.time_line_ >= 0).all()
+    assert (model.time_power_ >= 0).all()
+
+
+def test_predicted_memory_is_never_negative():
+    shrinking = profile(lambda b: {"a": OpCost(1e-6, (100 - 20 * b,), 50 - 10 * b, 0)})
+    predicted = OpCostRegression().fit(shrinking).predict(64)["a"]
+    assert predicted.output_sizes == (0,)
+    assert predicted.temporary_bytes == 0
+
+
+def test_fitting_needs_two_batch_sizes():
+    single = ProfileSet(batch_sizes=(2,), costs={2: {"a": OpCost(1e-6, (8,), 0, 0)}})
+    with pytest.raises(ValueError, match="two batch sizes"):
+        OpCostRegression().fit(single)
+
+
+def test_an_op_missing_at_one_batch_size_is_named():
+    uneven = profile(
+        lambda b: {"a": OpCost(1e-6, (), 0, 0), **({"b": OpCost(1e-6, (), 0, 0)} if b > 1 else {})}
+    )
+    with pytest.raises(ValueError, match="'b'"):
+        OpCostRegression().fit(uneven)
+
+
+def test_predict_before_fit_is_an_error():
+    with pytest.raises(RuntimeError, match="before fit"):
+        OpCostRegression().predict(8)
+
+
+def structure():
+    """a -(slot 1)-> b, a -(slots 0, 1)-> c, b -(control)-> c, with no costs yet."""
+    graph = CostGraph(name="structure")
+    for op in "abc":
+        graph.add_op(op, op_type="Op")
+    graph.add_dependency("a", "b", slots=(1,), nbytes=0)
+    graph.add_dependency("a", "c", slots=(0, 1), nbytes=0)
+    graph.add_dependency("b", "c", control=True)
+    return graph
+
+
+COSTS = {
+    "a": OpCost(2e-3, (100, 300), 16, 64),
+    "b": OpCost(1e-3, (40,), 0, 0),
+    "c": OpCost(5e-4, (), 8, 0),
+}
+
+
+def test_fill_cost_graph_sets_op_costs_and_recomputes_edge_bytes_from_slots():
+    filled = fill_cost_graph(structure(), COSTS)
+    assert filled.nodes["a"]["output_sizes"] == (100, 300)
+    assert filled.nodes["a"]["compute_time"] == 2e-3
+    assert filled.nodes["a"]["persistent_bytes"] == 64
+    assert filled.nodes["c"]["temporary_bytes"] == 8
+    assert filled.edges["a", "b"]["bytes"] == 300
+    assert filled.edges["a", "c"]["bytes"] == 400
+    assert filled.edges["b", "c"]["bytes"] == 0
+    filled.validate()
+
+
+def test_fill_cost_graph_prices_edges_with_the_transfer_model_and_leaves_the_input_alone():
+    original = structure()
+    link = TransferModel(k=1e-9, b=1e-4, name="test")
+    filled = fill_cost_graph(original, COSTS, link)
+    assert filled.edges["a", "b"]["transfer_time"] == pytest.approx(1e-9 * 300 + 1e-4)
+    assert filled.edges["a", "c"]["transfer_time"] == pytest.approx(1e-9 * 400 + 2 * 1e-4)
+    assert filled.edges["b", "c"]["transfer_time"] == 0.0
+    assert filled.transfer_model == link
+    assert original.nodes["a"]["output_sizes"] == ()
+    assert original.edges["a", "c"]["bytes"] == 0
+
+
+def test_fill_cost_graph_names_ops_without_costs():
+    with pytest.raises(CostGraphError, match="'c'"):
+        fill_cost_graph(structure(), {op: COSTS[op] for op in "ab"})
+
+
+def test_fill_cost_graph_rejects_an_edge_carrying_a_slot_the_producer_lacks():
+    short = {**COSTS, "a": OpCost(2e-3, (100,), 16, 64)}
+    with pytest.raises(CostGraphError, match="slots \\[1\\]"):
+        fill_cost_graph(structure(), short)
+
+
+def test_predictions_fill_a_cost_graph_at_the_target_batch():
+    def costs_at(b):
+        return {"a": OpCost(1e-3 * b, (10 * b, 20 * b), 0, 0), "b": OpCost(1e-4, (4,), 0, 0), "c": COSTS["c"]}
+
+    predicted = OpCostRegression().fit(profile(costs_at)).predict(16)
+    filled = fill_cost_graph(structure(), predicted)
+    assert filled.edges["a", "c"]["bytes"] == 30 * 16

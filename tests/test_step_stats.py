@@ -1,0 +1,212 @@
+"""Mapping step-stats records to GraphDef ops and summing their costs."""
+
+import numpy as np
+import pytest
+
+from tfplace.estimator.step_stats import collect_op_traces, op_name_for_node
+
+# Op names of a graph with a while loop, its gradient loop, a cond, a dynamic_rnn and feeds.
+GRAPH_OPS = {
+    "x",
+    "seq",
+    "while",
+    "cond",
+    "rnn",
+    "rnn/while",
+    "gradients/while_grad/while_grad",
+    "gradients/rnn/while_grad/rnn/while_grad",
+    "Reshape",
+    "Relu",
+    "mul/y",
+    "gradients/Mean_grad/Reshape",
+}
+
+
+@pytest.mark.parametrize(
+    ("runtime_name", "op"),
+    [
+        ("while/body/_1/add_0", "while"),
+        ("while/body/_261/MatMul/ReadVariableOp", "while"),
+        ("while/cond/_260/Less", "while"),
+        ("while/enter/_264", "while"),
+        ("while/merge/_269", "while"),
+        ("while/next_iteration/_36", "while"),
+        ("while/LoopCond/_275", "while"),
+        ("while/exit/_283", "while"),
+        ("while/x_switch/_279", "while"),
+        ("while/gradients/while_grad/Placeholder_1_0/accumulator_switch/_281", "while"),
+        ("gradients/while_grad/while_grad/merge/_51", "gradients/while_grad/while_grad"),
+        ("gradients/while_grad/while_grad/body/_131/gradients/AddN", "gradients/while_grad/while_grad"),
+        ("cond/then/_0/mul_0", "cond"),
+        ("cond/switch_pred/_298", "cond"),
+        ("cond/output/_302", "cond"),
+        ("cond/while/Identity_3/_301", "cond"),
+    ],
+)
+def test_runtime_names_of_lowered_control_flow_map_to_the_functional_op(runtime_name, op):
+    assert op_name_for_node(runtime_name, GRAPH_OPS) == op
+
+
+def test_the_longest_op_prefix_wins_so_nested_scopes_map_to_the_inner_loop():
+    assert op_name_for_node("rnn/while/body/_1/lstm_cell/MatMul", GRAPH_OPS) == "rnn/while"
+    assert (
+        op_name_for_node("gradients/rnn/while_grad/rnn/while_grad/enter/_132", GRAPH_OPS)
+        == "gradients/rnn/while_grad/rnn/while_grad"
+    )
+
+
+def test_inlined_function_argument_identities_map_to_the_calling_op():
+    assert op_name_for_node("Func/rnn/while/body/_1/input/_384", GRAPH_OPS) == "rnn/while"
+
+
+def test_exact_names_map_to_themselves():
+    assert op_name_for_node("Relu", GRAPH_OPS) == "Relu"
+    assert op_name_for_node("rnn", GRAPH_OPS) == "rnn"
+
+
+def test_a_fed_tensor_record_maps_to_the_placeholder():
+    assert op_name_for_node("_arg_x_0_1", GRAPH_OPS) == "x"
+    assert op_name_for_node("_arg_seq_0_0", GRAPH_OPS) == "seq"
+
+
+def test_optimizer_copies_of_an_op_map_to_it():
+    assert op_name_for_node("mul/y/replicate/_1", GRAPH_OPS) == "mul/y"
+    assert (
+        op_name_for_node("gradients/Mean_grad/Reshape/_0__cf__0", GRAPH_OPS) == "gradients/Mean_grad/Reshape"
+    )
+
+
+@pytest.mark.parametrize(
+    "runtime_name",
+    [
+        "_SOURCE",
+        "_SINK",
+        "Reshape/_0",
+        "Reshape/_1",
+        "_retval_loss_0_0",
+        "ConstantFolding/Shape-1",
+        "other/op",
+    ],
+)
+def test_runtime_internals_and_partitioner_transfers_map_to_none(runtime_name):
+    assert op_name_for_node(runtime_name, GRAPH_OPS) is None
+
+
+def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0):
+    """Add a NodeExecStats record; ``outputs`` are (slot, requested, allocated) triples."""
+    node = stats.node_stats.add(node_name=name, timeline_label=f"{name} = {op_type}()")
+    node.all_end_rel_nanos = nanos
+    node.op_start_rel_nanos = 1
+    node.op_end_rel_nanos = max(nanos - 1, 1)
+    for slot, requested, allocated in outputs:
+        output = node.output.add(slot=slot)
+        output.tensor_description.allocation_description.requested_bytes = requested
+        output.tensor_description.allocation_description.allocated_bytes = allocated
+    node.memory_stats.temp_memory_size = temp
+    node.memory_stats.persistent_memory_size = persistent
+    return node
+
+
+@pytest.fixture
+def run_metadata():
+    from tensorflow.core.protobuf.config_pb2 import RunMetadata
+
+    return RunMetadata()
+
+
+@pytest.mark.tensorflow
+def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+    _node(cpu, "_SOURCE", "NoOp", nanos=500)
+    _node(cpu, "while/enter/_1", "Enter", nanos=1000, outputs=[(0, 16, 16)])
+    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=4000, outputs=[(0, 64, 64)], temp=32)
+    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=5000, outputs=[(0, 64, 64)], temp=32)
+    _node(cpu, "Relu", "Relu", nanos=3000, outputs=[(0, 100, 128), (1, 8, 8)], temp=10)
+    traces = collect_op_traces(run_metadata, GRAPH_OPS)
+    assert set(traces) == {"while", "Relu"}
+    loop = traces["while"]
+    assert loop.compute_time == pytest.approx(10e-6)
+    assert loop.executions == 3
+    assert loop.output_sizes == ()
+    assert loop.temporary_bytes == 16 + 64 + 64 + 32 + 32
+    relu = traces["Relu"]
+    assert relu.output_sizes == (128, 8)
+    assert relu.temporary_bytes == 10
+    assert relu.device.endswith("device:CPU:0")
+
+
+@pytest.mark.tensorflow
+def test_a_fed_tensor_is_recorded_as_the_output_slot_it_replaces(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "_arg_Reshape_1_0", "_Arg", nanos=300, outputs=[(0, 48, 0)])
+    assert collect_op_traces(run_metadata, GRAPH_OPS)["Reshape"].output_sizes == (0, 48)
+
+
+@pytest.mark.tensorflow
+def test_send_and_recv_records_are_transfers_not_costs_of_an_op(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:1")
+    _node(cpu, "Reshape/_1", "_Recv", nanos=9000, outputs=[(0, 400, 0)])
+    _node(cpu, "Relu", "_Recv", nanos=9000, outputs=[(0, 400, 0)])
+    assert collect_op_traces(run_metadata, GRAPH_OPS) == {}
+
+
+@pytest.mark.tensorflow
+def test_a_constant_value_is_counted_once_not_as_output_and_persistent_memory(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "mul/y", "Const", nanos=300, outputs=[(0, 40, 0)], persistent=40 + 24)
+    trace = collect_op_traces(run_metadata, GRAPH_OPS)["mul/y"]
+    assert trace.output_sizes == (40,)
+    assert trace.persistent_bytes == 24
+
+
+@pytest.mark.tensorflow
+def test_gpu_kernel_time_from_stream_all_replaces_the_launch_time(run_metadata):
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:0"
+    host = run_metadata.step_stats.dev_stats.add(device=gpu)
+    _node(host, "Relu", "Relu", nanos=2000, outputs=[(0, 100, 128)])
+    _node(host, "Reshape", "Reshape", nanos=1500, outputs=[(0, 100, 128)])
+    _node(run_metadata.step_stats.dev_stats.add(device=f"{gpu}/stream:all"), "Relu", "Relu", nanos=7000)
+    _node(run_metadata.step_stats.dev_stats.add(device=f"{gpu}/stream:12"), "Relu", "Relu", nanos=7000)
+    traces = collect_op_traces(run_metadata, GRAPH_OPS)
+    assert traces["Relu"].compute_time == pytest.approx(7e-6)
+    assert traces["Relu"].executions == 1
+    assert traces["Relu"].output_sizes == (128,)
+    assert traces["Reshape"].compute_time == pytest.approx(1.5e-6)
+    assert traces["Relu"].device == gpu
+
+
+@pytest.mark.tensorflow
+def test_a_real_trace_of_a_while_loop_and_cond_maps_every_record_but_internals():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        weights = tf.compat.v1.get_variable("w", [4, 4])
+        _, out = tf.compat.v1.while_loop(
+            lambda i, a: i < 3, lambda i, a: (i + 1, tf.matmul(a, weights)), [tf.constant(0), x]
+        )
+        result = tf.cond(tf.reduce_sum(out) > 0, lambda: out * 2.0, lambda: out - 1.0)
+        loss = tf.reduce_sum(result)
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    ops = {op.name for op in graph.get_operations()}
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(
+            train,
+            {x: np.ones((2, 4), np.float32)},
+            options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+            run_metadata=metadata,
+        )
+    records = [node.node_name for dev in metadata.step_stats.dev_stats for node in dev.node_stats]
+    unmapped = {name for name in records if op_name_for_node(name, ops) is None}
+    assert unmapped <= {"_SOURCE", "_SINK"}
+    traces = collect_op_traces(metadata, ops)
+    loops = [op.name for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+    assert len(loops) == 2  # the forward loop and its gradient
+    for loop in loops:
+        assert traces[loop].executions > 3  # lowered: many records, once per iteration
+        assert traces[loop].compute_time > 0
+    assert traces["x"].output_sizes == (2 * 4 * 4,)

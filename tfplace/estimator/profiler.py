@@ -1,0 +1,574 @@
+"""Standard Evaluation, rough estimation (Celeritas section 4.2.1): profile a graph at small batches.
+
+:func:`profile_graph` runs the step a user wants placed at a few batch sizes that fit one device,
+traces it, and records per op the compute time, the bytes of every output, temporary and
+persistent memory. :class:`~tfplace.estimator.regression.OpCostRegression` then extrapolates these
+to the batch size to place.
+
+Measurement choices (each documented where it is made):
+
+- threads: one inter-op thread, so ops run one at a time and a record measures one op, not one
+  op sharing the cores with others; one intra-op thread unless the config sets another count
+  (:func:`profiling_config`);
+- graph rewrites: Grappler and the classic graph optimizer are off by default, so that each op
+  of the GraphDef runs as itself (fusion would hide ``Conv2D`` inside ``_FusedConv2D`` named after
+  its ``Relu``; constant folding and CSE would remove ops) and gets its own measurement;
+- per op, the median over the traced steps (robust to a step disturbed by other processes), the
+  traced steps taken in turns across the batch sizes (a slow phase of the machine then affects
+  every batch size, not one);
+- compute time per record: :func:`~tfplace.estimator.step_stats.node_compute_time`; times of zero
+  (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
+- persistent memory is measured once (it does not depend on the batch): variables' buffers from
+  their static sizes, other state from the kernels' reports at the first batch size;
+- ops of the step that no trace reports get shape-based estimates
+  (:mod:`tfplace.estimator.shapes`) and are listed in :attr:`ProfileSet.estimated_ops`.
+
+TensorFlow is imported inside the functions that run it; the data classes need none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfplace.estimator.cache import ProfileCache, profile_key
+from tfplace.estimator.shapes import (
+    UNKNOWN_OP_TIME,
+    estimate_op,
+    fit_flop_rate,
+    shaped_graph,
+    variable_bytes,
+)
+from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+
+__all__ = [
+    "TIME_FLOOR",
+    "OpCost",
+    "ProfileSet",
+    "fetch_closure",
+    "profile_graph",
+    "profiling_config",
+    "step_graph_def",
+    "validate_feeds",
+]
+
+TIME_FLOOR = 1e-7
+"""Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
+0; the shortest non-zero records seen here take about 0.2 us."""
+
+_PROFILE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The costs of one op at one batch size, in the units of the cost graph (seconds, bytes)."""
+
+    compute_time: float
+    output_sizes: tuple[int, ...]
+    temporary_bytes: int
+    persistent_bytes: int
+
+    def to_list(self) -> list[Any]:
+        return [self.compute_time, list(self.output_sizes), self.temporary_bytes, self.persistent_bytes]
+
+    @classmethod
+    def from_list(cls, values: Sequence[Any]) -> OpCost:
+        time_, sizes, temporary, persistent = values
+        return cls(float(time_), tuple(int(s) for s in sizes), int(temporary), int(persistent))
+
+
+@dataclass
+class ProfileSet:
+    """Per-op costs measured at several batch sizes: the input of the regression.
+
+    Attributes
+    ----------
+    batch_sizes : tuple of int
+        Ascending.
+    costs : dict of int to dict of str to OpCost
+        ``costs[batch_size][op]``, for every op the fetches need (measured or estimated).
+    estimated_ops : tuple of str
+        Ops no trace reported: all their costs are shape-based estimates.
+    estimated_outputs : tuple of str
+        Ops that were traced but whose output slots were not all reported (a lowered ``While``):
+        those slots' sizes are shape-based estimates.
+    step_times : dict of int to float
+        Median wall-clock seconds of a traced step per batch size.
+    devices : dict of str to str
+        The device each traced op ran on (at the largest batch size).
+    fetches : tuple of str
+        Names of the fetched tensors or ops.
+    key : str
+        Cache key of this profile (:func:`tfplace.estimator.cache.profile_key`).
+    profiling_seconds : float
+        Wall-clock seconds the profiling took (TensorFlow runs and estimates).
+    from_cache : bool
+        True when this profile was read from the cache instead of measured.
+    """
+
+    batch_sizes: tuple[int, ...]
+    costs: dict[int, dict[str, OpCost]]
+    estimated_ops: tuple[str, ...] = ()
+    estimated_outputs: tuple[str, ...] = ()
+    step_times: dict[int, float] = field(default_factory=dict)
+    devices: dict[str, str] = field(default_factory=dict)
+    fetches: tuple[str, ...] = ()
+    key: str = ""
+    profiling_seconds: float = 0.0
+    from_cache: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable form (read back by :meth:`from_dict`)."""
+        return {
+            "format": _PROFILE_FORMAT,
+            "batch_sizes": list(self.batch_sizes),
+            "costs": {
+                str(b): {op: cost.to_list() for op, cost in per_op.items()}
+                for b, per_op in self.costs.items()
+            },
+            "estimated_ops": list(self.estimated_ops),
+            "estimated_outputs": list(self.estimated_outputs),
+            "step_times": {str(b): t for b, t in self.step_times.items()},
+            "devices": self.devices,
+            "fetches": list(self.fetches),
+            "key": self.key,
+            "profiling_seconds": self.profiling_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> ProfileSet:
+        if document.get("format") != _PROFILE_FORMAT:
+            raise ValueError(f"not a profile of format {_PROFILE_FORMAT}: {document.get('format')!r}")
+        return cls(
+            batch_sizes=tuple(int(b) for b in document["batch_sizes"]),
+            costs={
+                int(b): {op: OpCost.from_list(values) for op, values in per_op.items()}
+                for b, per_op in document["costs"].items()
+            },
+            estimated_ops=tuple(document["estimated_ops"]),
+            estimated_outputs=tuple(document["estimated_outputs"]),
+            step_times={int(b): float(t) for b, t in document["step_times"].items()},
+            devices=dict(document["devices"]),
+            fetches=tuple(document["fetches"]),
+            key=str(document["key"]),
+            profiling_seconds=float(document["profiling_seconds"]),
+        )
+
+
+def profiling_config(config: Any = None) -> Any:
+    """The session config profiling uses: ``config`` with explicit thread counts, or the default.
+
+    The default runs one op at a time on one thread (``inter_op_parallelism_threads=1``,
+    ``intra_op_parallelism_threads=1``): on a machine shared by several processes, ops measured in
+    parallel would compete for cores and each would look slower than it is. It also turns off
+    Grappler and the classic graph optimizer (``opt_level=L0``), so that each op of the GraphDef runs
+    under its own name. A given ``config`` is copied and only its unset (0) thread counts become 1.
+
+    TensorFlow sizes the intra-op pool once per process, from the first session: profile in a
+    fresh process when the intra-op count matters.
+    """
+    import tensorflow as tf
+
+    result = tf.compat.v1.ConfigProto()
+    if config is None:
+        result.graph_options.rewrite_options.disable_meta_optimizer = True
+        result.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+        result.graph_options.optimizer_options.do_constant_folding = False
+        result.graph_options.optimizer_options.do_common_subexpression_elimination = False
+    else:
+        result.CopyFrom(config)
+    result.inter_op_parallelism_threads = result.inter_op_parallelism_threads or 1
+    result.intra_op_parallelism_threads = result.intra_op_parallelism_threads or 1
+    return result
+
+
+def _as_graph(graph: Any) -> Any:
+    """A ``tf.Graph`` from a ``tf.Graph``, ``GraphDef`` or ``MetaGraphDef``."""
+    import tensorflow as tf
+
+    if isinstance(graph, tf.Graph):
+        return graph
+    result = tf.Graph()
+    with result.as_default():
+        if isinstance(graph, tf.compat.v1.GraphDef):
+            tf.graph_util.import_graph_def(graph, name="")
+        elif isinstance(graph, tf.compat.v1.MetaGraphDef):
+            tf.compat.v1.train.import_meta_graph(graph)
+        else:
+            raise TypeError(f"expected a tf.Graph, GraphDef or MetaGraphDef, got {type(graph).__name__}")
+    return result
+
+
+def _element_name(element: Any) -> str:
+    return element if isinstance(element, str) else str(element.name)
+
+
+def _tensor_name(key: Any) -> str:
+    name = _element_name(key)
+    return name if ":" in name else f"{name}:0"
+
+
+def _fetch_elements(graph: Any, fetches: Any) -> list[Any]:
+    items = list(fetches) if isinstance(fetches, (list, tuple)) else [fetches]
+    if not items:
+        raise ValueError("profile_graph needs at least one fetch")
+    elements = []
+    for item in items:
+        try:
+            elements.append(graph.as_graph_element(_element_name(item)))
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"fetch {_element_name(item)!r} is not in the graph: {error}") from None
+    return elements
+
+
+def fetch_closure(graph: Any, fetches: Sequence[Any], fed: Iterable[str] = ()) -> list[Any]:
+    """The ops a step fetching ``fetches`` runs: their transitive inputs and control inputs.
+
+    A fed tensor's producer is included (its ``_Arg`` record stands for it) but not what it
+    depends on.
+
+    Parameters
+    ----------
+    graph : tf.Graph
+    fetches : sequence of tf.Tensor or tf.Operation
+    fed : iterable of str
+        Names of fed tensors (``"x:0"``).
+
+    Returns
+    -------
+    list of tf.Operation
+        In the graph's creation order.
+    """
+    fed_names = set(fed)
+    seen: set[str] = set()
+    stack = [getattr(element, "op", element) for element in fetches]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.outputs and all(out.name in fed_names for out in op.outputs):
+            continue
+        stack.extend(tensor.op for tensor in op.inputs)
+        stack.extend(op.control_inputs)
+    return [op for op in graph.get_operations() if op.name in seen]
+
+
+def validate_feeds(graph: Any, feeds: Mapping[Any, Any], needed_ops: Iterable[Any]) -> dict[str, Any]:
+    """Check a feed dictionary against the graph; return it keyed by tensor name as numpy arrays.
+
+    Parameters
+    ----------
+    graph : tf.Graph
+    feeds : Mapping
+        Keys are tensor names (``"x:0"``), op names (``"x"``, meaning output 0) or tensors.
+    needed_ops : iterable of tf.Operation
+        The ops the step runs; each ``Placeholder`` among them must be fed.
+
+    Raises
+    ------
+    ValueError
+        Naming the tensor, when a key names no tensor of the graph, a needed placeholder is not fed,
+        or a value's dtype cannot be cast to the tensor's dtype or its shape is incompatible with the
+        tensor's static shape.
+    """
+    import numpy as np
+
+    arrays: dict[str, Any] = {}
+    for key, value in feeds.items():
+        name = _tensor_name(key)
+        try:
+            tensor = graph.get_tensor_by_name(name)
+        except (KeyError, ValueError):
+            placeholders = sorted(op.name for op in graph.get_operations() if op.type == "Placeholder")
+            raise ValueError(
+                f"feed {name!r} names no tensor of the graph; its placeholders are {placeholders}"
+            ) from None
+        array = np.asarray(value)
+        target = tensor.dtype.as_numpy_dtype
+        if np.dtype(target) != np.dtype(object) and not np.can_cast(array.dtype, target, casting="same_kind"):
+            raise ValueError(
+                f"feed {name!r}: placeholder dtype is {tensor.dtype.name}, the fed array's is {array.dtype}"
+            )
+        if not tensor.shape.is_compatible_with(array.shape):
+            raise ValueError(
+                f"feed {name!r}: shape {tuple(array.shape)} is incompatible with the placeholder's "
+                f"static shape {tensor.shape}"
+            )
+        arrays[name] = array
+    missing = [op.name for op in needed_ops if op.type == "Placeholder" and f"{op.name}:0" not in arrays]
+    if missing:
+        raise ValueError(f"placeholders {missing} are needed by the fetches but not fed")
+    return arrays
+
+
+def step_graph_def(graph: Any, ops: Iterable[Any]) -> Any:
+    """The ``GraphDef`` of ``graph`` restricted to ``ops`` (with the whole function library).
+
+    The profile cache fingerprints this instead of the whole graph: ops a step does not run
+    (initializers, whose random seeds tf_keras draws anew in every process; summaries) do not
+    change what the step costs.
+    """
+    full = graph.as_graph_def()
+    names = {op.name for op in ops}
+    pruned = type(full)()
+    pruned.versions.CopyFrom(full.versions)
+    pruned.library.CopyFrom(full.library)
+    pruned.node.extend(node for node in full.node if node.name in names)
+    return pruned
+
+
+def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[Any]:
+    """What to run before the first step: ``init_op``, else every variable's initializer."""
+    import tensorflow as tf
+
+    if init_op is not None:
+        return [graph.as_graph_element(_element_name(init_op))]
+    with graph.as_default():
+        variables = tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
+    has_variables = any(op.type in ("VarHandleOp", "VariableV2", "Variable") for op in needed_ops)
+    if has_variables and not variables:
+        raise ValueError(
+            "the step uses variables but the graph has no variables collection "
+            "(an imported GraphDef?): pass init_op, the op that initializes them"
+        )
+    return [variable.initializer for variable in variables]
+
+
+def _median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]:
+    """Median over traced steps of one op's time, per-slot output bytes and temporary bytes."""
+    width = max(len(trace.output_sizes) for trace in traces)
+    sizes = tuple(
+        int(statistics.median(trace.output_sizes[slot] for trace in traces if slot < len(trace.output_sizes)))
+        for slot in range(width)
+    )
+    compute = max(statistics.median(trace.compute_time for trace in traces), TIME_FLOOR)
+    temporary = int(statistics.median(trace.temporary_bytes for trace in traces))
+    return compute, sizes, temporary
+
+
+@dataclass
+class _BatchMeasurement:
+    traces: dict[str, list[OpTrace]]
+    step_time: float
+
+
+def _measure(
+    graph: Any,
+    fetches: Sequence[Any],
+    feeds: Mapping[int, Mapping[str, Any]],
+    initializer: Sequence[Any],
+    config: Any,
+    warmup_steps: int,
+    traced_steps: int,
+    op_names: set[str],
+) -> dict[int, _BatchMeasurement]:
+    """Per batch size a new session, initialized and warmed up; then traced steps taken in turns.
+
+    The traced steps go round the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one
+    batch size after another: when other processes slow the machine down for a while, every batch
+    size gets some slow steps, instead of one batch size measuring slow throughout, which would
+    bend the regression on the batch size.
+    """
+    import tensorflow as tf
+
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    traces: dict[int, dict[str, list[OpTrace]]] = {b: {} for b in feeds}
+    wall: dict[int, list[float]] = {b: [] for b in feeds}
+    with contextlib.ExitStack() as stack:
+        sessions = {}
+        for b, feed in feeds.items():
+            session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=config))
+            if initializer:
+                session.run(initializer)
+            for _ in range(warmup_steps):
+                session.run(fetches, feed_dict=feed)
+            sessions[b] = session
+        for _ in range(traced_steps):
+            for b, session in sessions.items():
+                metadata = tf.compat.v1.RunMetadata()
+                start = time.perf_counter()
+                session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
+                wall[b].append(time.perf_counter() - start)
+                for op, trace in collect_op_traces(metadata, op_names).items():
+                    traces[b].setdefault(op, []).append(trace)
+    return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
+
+
+def profile_graph(
+    graph: Any,
+    fetches: Any,
+    feed_fn: Callable[[int], Mapping[Any, Any]],
+    batch_sizes: Sequence[int] = (1, 2, 4),
+    *,
+    warmup_steps: int = 2,
+    traced_steps: int = 5,
+    config: Any = None,
+    init_op: Any = None,
+    cache_dir: Any = None,
+) -> ProfileSet:
+    """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
+
+    For each batch size: a new ``Session``, the initializer and ``warmup_steps`` untraced steps;
+    then ``traced_steps`` steps per batch size with ``RunOptions(trace_level=FULL_TRACE)``, taken in
+    turns across the batch sizes; per op the median over its traced steps. Ops the fetches need that no trace reports get shape-based estimates and are
+    listed in ``estimated_ops``.
+
+    Parameters
+    ----------
+    graph : tf.Graph, GraphDef or MetaGraphDef
+    fetches : tensor, op, name, or a list of them
+        What one step runs (for training, the train op).
+    feed_fn : callable
+        ``feed_fn(batch_size)`` returns the feed dictionary of one step: placeholder names
+        (``"x:0"`` or ``"x"``) or tensors to numpy arrays.
+    batch_sizes : sequence of int
+        Small enough for one device.
+    warmup_steps, traced_steps : int
+        Untraced steps first (allocations, kernel caches), then traced steps (at least 1).
+    config : tf.compat.v1.ConfigProto, optional
+        See :func:`profiling_config`.
+    init_op : op or name, optional
+        Initializes the variables; by default every variable's initializer from the graph's
+        collections.
+    cache_dir : str or os.PathLike, optional
+        Where profiles are cached (:mod:`tfplace.estimator.cache`); a profile with the same key is
+        returned without running TensorFlow.
+
+    Returns
+    -------
+    ProfileSet
+
+    Raises
+    ------
+    ValueError
+        Bad fetches, feeds (naming the placeholder and shapes), batch sizes or step counts.
+    """
+    import tensorflow as tf
+
+    started = time.perf_counter()
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"batch sizes must be positive integers, got {list(batch_sizes)}")
+    if traced_steps < 1 or warmup_steps < 0:
+        raise ValueError(f"need traced_steps >= 1 and warmup_steps >= 0, got {traced_steps}, {warmup_steps}")
+    graph = _as_graph(graph)
+    fetch_elements = _fetch_elements(graph, fetches)
+    fetch_names = tuple(_element_name(element) for element in fetch_elements)
+    raw_feeds = {b: feed_fn(b) for b in sizes}
+    fed_names = {_tensor_name(key) for feeds in raw_feeds.values() for key in feeds}
+    needed = fetch_closure(graph, fetch_elements, fed_names)
+    feeds = {b: validate_feeds(graph, raw_feeds[b], needed) for b in sizes}
+    initializer = _initializer(graph, init_op, needed)
+    session_config = profiling_config(config)
+
+    settings = {
+        "fetches": list(fetch_names),
+        "batch_sizes": list(sizes),
+        "feeds": {
+            str(b): {name: [str(a.dtype), list(a.shape)] for name, a in sorted(feeds[b].items())}
+            for b in sizes
+        },
+        "warmup_steps": warmup_steps,
+        "traced_steps": traced_steps,
+        "config": session_config.SerializeToString(deterministic=True).hex(),
+        "init": sorted(op.name for op in initializer),
+        "tensorflow": tf.__version__,
+    }
+    key = profile_key(step_graph_def(graph, needed), settings)
+    cache = ProfileCache(cache_dir) if cache_dir is not None else None
+    if cache is not None:
+        document = cache.load(key)
+        if document is not None:
+            cached = ProfileSet.from_dict(document)
+            cached.from_cache = True
+            return cached
+
+    names = {op.name for op in needed}
+    measured = _measure(
+        graph, fetch_elements, feeds, initializer, session_config, warmup_steps, traced_steps, names
+    )
+    profile = _assemble(graph, needed, measured, {b: feeds[b] for b in sizes})
+    profile.fetches = fetch_names
+    profile.key = key
+    profile.profiling_seconds = time.perf_counter() - started
+    if cache is not None:
+        cache.store(key, profile.to_dict())
+    return profile
+
+
+def _assemble(
+    graph: Any,
+    needed: Sequence[Any],
+    measured: Mapping[int, _BatchMeasurement],
+    feeds: Mapping[int, Mapping[str, Any]],
+) -> ProfileSet:
+    """Medians per op, persistent memory once, shape-based estimates for what traces missed."""
+    sizes = tuple(sorted(measured))
+    first = measured[sizes[0]].traces
+    persistent = {op: int(statistics.median(t.persistent_bytes for t in first[op])) for op in first}
+    for op, nbytes in variable_bytes(needed).items():
+        persistent[op] = persistent.get(op, 0) + nbytes
+
+    missing = sorted({op.name for op in needed if any(op.name not in m.traces for m in measured.values())})
+    partial = sorted(
+        op.name
+        for op in needed
+        if op.name not in missing
+        and any(len(t.output_sizes) < len(op.outputs) for m in measured.values() for t in m.traces[op.name])
+    )
+    costs: dict[int, dict[str, OpCost]] = {}
+    for b in sizes:
+        per_op: dict[str, OpCost] = {}
+        for op, traces in measured[b].traces.items():
+            compute, outputs, temporary = _median_cost(traces)
+            per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0))
+        if missing or partial:
+            _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
+        costs[b] = per_op
+    largest = measured[sizes[-1]].traces
+    return ProfileSet(
+        batch_sizes=sizes,
+        costs=costs,
+        estimated_ops=tuple(missing),
+        estimated_outputs=tuple(partial),
+        step_times={b: m.step_time for b, m in measured.items()},
+        devices={op: traces[-1].device for op, traces in largest.items()},
+    )
+
+
+def _estimate_from_shapes(
+    graph: Any,
+    per_op: dict[str, OpCost],
+    missing: Sequence[str],
+    partial: Sequence[str],
+    feeds: Mapping[str, Any],
+    batch_size: int,
+    persistent: Mapping[str, int],
+) -> None:
+    """Fill ``per_op`` for the ``missing`` ops and the unreported output slots of ``partial`` ones.
+
+    Compute time of a missing op: its FLOPs over the FLOP rate of the ops measured at this batch
+    size, or :data:`~tfplace.estimator.shapes.UNKNOWN_OP_TIME` without a FLOP count or a rate.
+    """
+    shaped = shaped_graph(graph, {name: array.shape for name, array in feeds.items()})
+    estimates = {name: estimate_op(shaped.get_operation_by_name(name), batch_size) for name in missing}
+    measured_flops = {
+        name: estimate_op(shaped.get_operation_by_name(name), batch_size).flops
+        for name in per_op
+        if name not in partial
+    }
+    rate = fit_flop_rate(measured_flops, {name: cost.compute_time for name, cost in per_op.items()})
+    for name in missing:
+        estimate = estimates[name]
+        seconds = estimate.flops / rate if estimate.flops and rate else UNKNOWN_OP_TIME
+        per_op[name] = OpCost(max(seconds, TIME_FLOOR), estimate.output_sizes, 0, persistent.get(name, 0))
+    for name in partial:
+        cost = per_op[name]
+        static = estimate_op(shaped.get_operation_by_name(name), batch_size).output_sizes
+        outputs = cost.output_sizes + static[len(cost.output_sizes) :]
+        per_op[name] = OpCost(cost.compute_time, outputs, cost.temporary_bytes, cost.persistent_bytes)
