@@ -48,3 +48,13 @@ def graph_from_edges(
     for src, dst, nbytes in edges:
         graph.add_dependency(src, dst, slots=(0,) if nbytes else (), nbytes=nbytes, control=not nbytes)
     return graph
+
+
+def variable_values(graph):
+    """Fetches reading every variable (weights, optimizer slots, moving averages) without new ops."""
+    import tensorflow as tf
+
+    return [
+        v.name if v.op.type == "VariableV2" else f"{v.op.name}/Read/ReadVariableOp:0"
+        for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    ]

@@ -8,6 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from helpers import variable_values
 from tfplace.devices import DeviceName, DeviceSet
 from tfplace.placement import Placement, PlacementError
 from tfplace.tf_graph.apply import apply_placement
@@ -32,16 +33,6 @@ def round_robin(cost_graph, count):
         unit = cost_graph.nodes[op]["colocation_group"] or op
         assignment[op] = unit_device.setdefault(unit, names[len(unit_device) % count])
     return Placement(assignment, DeviceSet.parse(names, "1GB"), placer="round_robin")
-
-
-def variable_values(graph):
-    """Fetches reading every variable (weights, optimizer slots, moving averages) without new ops."""
-    import tensorflow as tf
-
-    return [
-        v.name if v.op.type == "VariableV2" else f"{v.op.name}/Read/ReadVariableOp:0"
-        for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-    ]
 
 
 def placed_graph(load_saved_graph, name, count):

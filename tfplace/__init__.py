@@ -1,5 +1,33 @@
-"""tfplace: device placement for TensorFlow graphs too large for one device (Celeritas)."""
+"""tfplace: device placement for TensorFlow graphs too large for one device (Celeritas).
+
+>>> import tfplace
+>>> placement = tfplace.place(graph, train_op, feed_fn, "/device:GPU:0-3", memory="32GB",
+...                           batch_size=512)  # doctest: +SKIP
+>>> placement.apply(graph)  # doctest: +SKIP
+
+Importing tfplace does not import TensorFlow; :func:`place` and the estimator do when they run.
+"""
 
 from tfplace._version import __version__
+from tfplace.api import CostEstimate, estimate_costs, place
+from tfplace.costgraph import CostGraph, load_json, save_json
+from tfplace.devices import Device, DeviceSet
+from tfplace.placement import Placement
+from tfplace.placer import PLACERS, place_cost_graph
+from tfplace.transfer import TransferModel
 
-__all__ = ["__version__"]
+__all__ = [
+    "PLACERS",
+    "CostEstimate",
+    "CostGraph",
+    "Device",
+    "DeviceSet",
+    "Placement",
+    "TransferModel",
+    "__version__",
+    "estimate_costs",
+    "load_json",
+    "place",
+    "place_cost_graph",
+    "save_json",
+]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfplace.costgraph import atomic_write_text
+from tfplace.costgraph import CostGraph, atomic_write_text
 from tfplace.devices import Device, DeviceSet
 from tfplace.transfer import TransferModel
 
@@ -45,6 +45,9 @@ class Placement:
         Seconds the placer took (profiling excluded), Celeritas Table 4's metric.
     warnings : list of str
         Best-effort decisions the user should know about (overcommitted devices, ...).
+    cost_graph : CostGraph or None
+        The costs the placement was made with (not saved by :meth:`save`; save it with
+        :func:`tfplace.costgraph.save_json`).
     """
 
     assignment: dict[str, str]
@@ -56,6 +59,7 @@ class Placement:
     utilization: dict[str, float] = field(default_factory=dict)
     placement_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    cost_graph: CostGraph | None = field(default=None, repr=False, compare=False)
 
     def device_fn(self, default: str = "") -> Callable[[Any], str]:
         """A device function for ``with tf.device(placement.device_fn()):`` while rebuilding a graph.

@@ -1,0 +1,301 @@
+"""One call for the common case: measure a TensorFlow graph, place it, return the placement.
+
+:func:`place` chains the whole pipeline of Celeritas (Figure 2):
+
+1. import the graph's structure and constraints (:func:`tfplace.tf_graph.import_graph`);
+2. Standard Evaluation: profile the training step at small batch sizes
+   (:func:`tfplace.estimator.profile_graph`, cached on disk), fit a per-op regression on the batch
+   size and predict every op's costs at the target batch (:class:`~tfplace.estimator.OpCostRegression`);
+   optionally turn the measured times into a target device's (:mod:`tfplace.device_model`);
+3. place the step's cost graph with the chosen placer (:func:`tfplace.placer.place_cost_graph`)
+   and simulate the step (:mod:`tfplace.simulator`);
+4. give every op outside the step (initializers, savers) the device of its co-location group or of
+   its inputs, so that the whole graph can be placed.
+
+:func:`estimate_costs` stops after step 2, for users who place one profiled graph many times.
+TensorFlow is imported only when these functions run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+from absl import logging
+
+from tfplace.costgraph import CostGraph
+from tfplace.device_model import DeviceModel, convert_graph, device_model
+from tfplace.devices import DeviceError, DeviceSet
+from tfplace.placement import Placement
+
+__all__ = ["DEFAULT_CACHE_DIR", "CostEstimate", "as_device_set", "estimate_costs", "place"]
+
+DEFAULT_CACHE_DIR = os.path.join(".tfplace_cache", "profiles")
+"""Where profiles are cached unless the caller says otherwise (relative to the working directory)."""
+
+FeedFunction = Callable[[int], Mapping[Any, Any]]
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What Standard Evaluation learned about a graph.
+
+    Attributes
+    ----------
+    cost_graph : CostGraph
+        The ops of the training step with their predicted costs at the target batch size, FLOPs
+        from static shapes, and edges priced by the graph's transfer model.
+    imported : ImportedGraph
+        The whole graph's structure (ops outside the step included) and constraints.
+    profile : ProfileSet
+        The measurements at the small batch sizes.
+    regression : OpCostRegression
+        The fitted per-op model.
+    """
+
+    cost_graph: CostGraph
+    imported: Any
+    profile: Any
+    regression: Any
+
+
+def as_device_set(
+    devices: DeviceSet | str | Sequence[str], memory: str | int | Sequence[str | int] | None
+) -> DeviceSet:
+    """A :class:`DeviceSet` from one, or from names (ranges allowed: ``/device:GPU:0-3``) and memory."""
+    if isinstance(devices, DeviceSet):
+        if memory is not None:
+            raise DeviceError("give the memory inside the DeviceSet, not beside it")
+        return devices
+    if memory is None:
+        raise DeviceError("give each device's memory (for example memory='32GB') with device names")
+    return DeviceSet.parse(devices, memory)
+
+
+def estimate_costs(
+    graph: Any,
+    fetches: Any,
+    feed_fn: FeedFunction,
+    batch_size: int,
+    *,
+    profile_batch_sizes: Sequence[int] = (1, 2, 4),
+    init_op: Any = None,
+    warmup_steps: int = 2,
+    traced_steps: int = 5,
+    cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
+    config: Any = None,
+) -> CostEstimate:
+    """Standard Evaluation, step 1 (Celeritas section 4.2.1): the step's costs at ``batch_size``.
+
+    Parameters
+    ----------
+    graph : tf.Graph, GraphDef, MetaGraphDef or path of a saved one
+    fetches : op, tensor, name or list of them
+        What one training step runs (the train op; add the loss to also compute it).
+    feed_fn : callable
+        ``feed_fn(batch_size)`` returns the feed dict of one step at that batch size.
+    batch_size : int
+        The batch size to place for.
+    profile_batch_sizes : sequence of int
+        Small batch sizes that fit one device, at least two unless one of them is ``batch_size``.
+    init_op, warmup_steps, traced_steps, config
+        See :func:`tfplace.estimator.profile_graph`.
+    cache_dir : path or None
+        Profile cache; ``None`` always measures.
+
+    Returns
+    -------
+    CostEstimate
+    """
+    from tfplace.estimator.profiler import profile_graph
+    from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
+    from tfplace.tf_graph.importer import import_graph, load_graph
+
+    if batch_size < 1:
+        raise ValueError(f"the target batch size must be positive, got {batch_size}")
+    tf_graph = load_graph(graph)
+    imported = import_graph(tf_graph, fetches)
+    logging.info(
+        "tfplace: profiling %d ops at batch sizes %s", len(imported.step_ops), list(profile_batch_sizes)
+    )
+    profile = profile_graph(
+        tf_graph,
+        fetches,
+        feed_fn,
+        profile_batch_sizes,
+        warmup_steps=warmup_steps,
+        traced_steps=traced_steps,
+        config=config,
+        init_op=init_op,
+        cache_dir=cache_dir,
+    )
+    logging.info(
+        "tfplace: profile %s (%.1f s)",
+        "read from the cache" if profile.from_cache else "measured",
+        profile.profiling_seconds,
+    )
+    if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
+        raise ValueError(
+            f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
+        )
+    regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
+    costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
+    filled = fill_cost_graph(CostGraph(imported.cost_graph.subgraph(imported.step_ops)), costs)
+    for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
+        filled.nodes[op]["flops"] = float(flops)
+    filled.graph.update(
+        name=imported.cost_graph.graph.get("name") or "graph",
+        batch_size=batch_size,
+        source="tensorflow",
+        profile_key=profile.key,
+        profile_batch_sizes=list(profile.batch_sizes),
+        estimated_ops=list(profile.estimated_ops),
+    )
+    return CostEstimate(cost_graph=filled, imported=imported, profile=profile, regression=regression)
+
+
+def _flops_at(tf_graph: Any, feed_fn: FeedFunction, batch_size: int, ops: Any) -> dict[str, int]:
+    """FLOPs of each op at ``batch_size`` from static shapes.
+
+    The feeds' shapes at ``batch_size`` are extrapolated from those at batch 1 and 2 (a dimension
+    that grows with the batch grows linearly), so no large batch is ever materialized.
+    """
+    from tfplace.estimator.shapes import estimate_op, shaped_graph
+
+    def shapes(batch: int) -> dict[str, tuple[int, ...]]:
+        named = {
+            (k if isinstance(k, str) else k.name): tuple(getattr(v, "shape", ()))
+            for k, v in feed_fn(batch).items()
+        }
+        return {name if ":" in name else f"{name}:0": shape for name, shape in named.items()}
+
+    one, two = shapes(1), shapes(2)
+    target = {
+        name: tuple(a + (b - a) * (batch_size - 1) for a, b in zip(shape, two[name]))
+        for name, shape in one.items()
+    }
+    shaped = shaped_graph(tf_graph, target)
+    flops = {}
+    for op in ops:
+        estimate = estimate_op(shaped.get_operation_by_name(op), batch_size)
+        if estimate.flops:
+            flops[op] = estimate.flops
+    return flops
+
+
+def place(
+    graph: Any,
+    fetches: Any,
+    feed_fn: FeedFunction,
+    devices: DeviceSet | str | Sequence[str],
+    *,
+    batch_size: int,
+    memory: str | int | Sequence[str | int] | None = None,
+    placer: str = "celeritas",
+    placer_options: Mapping[str, Any] | None = None,
+    target_device: str | DeviceModel | None = None,
+    simulate: bool = True,
+    **estimate_options: Any,
+) -> Placement:
+    """Measure ``graph``, place every op on ``devices`` for ``batch_size``, and return the placement.
+
+    Parameters
+    ----------
+    graph : tf.Graph, GraphDef, MetaGraphDef or path of a saved one
+    fetches : op, tensor, name or list of them
+        What one training step runs.
+    feed_fn : callable
+        ``feed_fn(batch_size)`` returns the feed dict of one step at that batch size.
+    devices : DeviceSet, str or sequence of str
+        The devices: a :class:`DeviceSet`, or names such as ``"/device:GPU:0-3"`` with ``memory``.
+    batch_size : int
+        The (large) batch size to place for.
+    memory : str, int or sequence, optional
+        Memory of each device (``"32GB"``), when ``devices`` are names.
+    placer : str
+        ``"celeritas"`` (default), ``"order_place"``, ``"m_etf"``, ``"m_sct"``, ``"m_topo"``,
+        ``"metis"``, ``"dfs_topo"`` or ``"single"`` (:data:`tfplace.placer.PLACERS`).
+    placer_options : mapping, optional
+        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``).
+    target_device : str or DeviceModel, optional
+        When the devices are not the kind that was profiled (GPUs placed from a CPU profile), a
+        device model (``"V100-32GB"``, ...) that turns measured times into the target's.
+    simulate : bool
+        Fill the estimated step time, peak memory and utilization from the simulator.
+    **estimate_options
+        ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
+        ``config``: see :func:`estimate_costs`.
+
+    Returns
+    -------
+    Placement
+        Every op of the graph (initializers and other ops outside the step included) with a device;
+        ``placement.cost_graph`` holds the step's costs it was placed with.
+
+    Examples
+    --------
+    >>> placement = tfplace.place(graph, train_op, feed_fn, "/device:GPU:0-3", memory="32GB",
+    ...                           batch_size=512)  # doctest: +SKIP
+    >>> placement.apply(graph)  # doctest: +SKIP
+    """
+    from tfplace.placer import place_cost_graph
+
+    device_set = as_device_set(devices, memory)
+    started = time.perf_counter()
+    estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
+    cost_graph = estimate.cost_graph
+    if target_device is not None:
+        model = device_model(target_device) if isinstance(target_device, str) else target_device
+        cost_graph = convert_graph(cost_graph, model)
+    cost_graph.set_transfer_model(device_set.typical_link)
+    logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(device_set), placer)
+    placement = place_cost_graph(
+        cost_graph, device_set, placer, simulate=simulate, **dict(placer_options or {})
+    )
+    placement.assignment = place_remaining_ops(estimate.imported.cost_graph, placement.assignment, device_set)
+    placement.cost_graph = cost_graph
+    logging.info("tfplace: done in %.1f s", time.perf_counter() - started)
+    return placement
+
+
+def place_remaining_ops(
+    structure: nx.DiGraph, assignment: Mapping[str, str], devices: DeviceSet
+) -> dict[str, str]:
+    """Extend ``assignment`` to every op of ``structure`` (ops outside the placed step).
+
+    In topological order, an unassigned op takes the device of its co-location group when a member
+    has one, else the device of its first assigned input that can run it, else the first device
+    that can (a fallback CPU when no target can). Groups stay whole and device kinds are honored.
+    """
+    result = dict(assignment)
+    group_device = {
+        attrs["colocation_group"]: result[op]
+        for op, attrs in structure.nodes(data=True)
+        if op in result and attrs["colocation_group"] is not None
+    }
+    everything = devices.all_devices
+    for op in nx.topological_sort(structure):
+        if op in result:
+            continue
+        attrs = structure.nodes[op]
+        group = attrs["colocation_group"]
+        if group is not None and group in group_device:
+            result[op] = group_device[group]
+            continue
+        kinds = attrs["device_kinds"]  # the importer gives every op of a group the same kinds
+
+        def runs_it(name: str) -> bool:
+            return kinds is None or devices.kind_of(devices.index(name)) in kinds
+
+        inputs = [result[p] for p in structure.predecessors(op) if p in result]
+        choice = next((d for d in inputs if runs_it(d)), None)
+        if choice is None:
+            choice = next((d.name for d in everything if runs_it(d.name)), everything[0].name)
+        result[op] = choice
+        if group is not None:
+            group_device[group] = choice
+    return result
