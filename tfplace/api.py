@@ -29,7 +29,7 @@ from absl import logging
 
 from tfplace.costgraph import CostGraph
 from tfplace.device_model import DeviceModel, convert_graph, device_model
-from tfplace.devices import DeviceError, DeviceSet
+from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placement import Placement
 
 __all__ = ["DEFAULT_CACHE_DIR", "CostEstimate", "as_device_set", "estimate_costs", "place"]
@@ -287,14 +287,10 @@ def place_remaining_ops(
             result[op] = group_device[group]
             continue
         kinds = attrs["device_kinds"]  # the importer gives every op of a group the same kinds
-
-        def runs_it(name: str) -> bool:
-            return kinds is None or devices.kind_of(devices.index(name)) in kinds
-
         inputs = [result[p] for p in structure.predecessors(op) if p in result]
-        choice = next((d for d in inputs if runs_it(d)), None)
-        if choice is None:
-            choice = next((d.name for d in everything if runs_it(d.name)), everything[0].name)
+        preferred = dict.fromkeys([*inputs, *(d.name for d in everything)])
+        allowed = [d for d in preferred if kinds is None or DeviceName.parse(d).kind in kinds]
+        choice = allowed[0] if allowed else everything[0].name
         result[op] = choice
         if group is not None:
             group_device[group] = choice
