@@ -3,8 +3,9 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from helpers import feed_function
 
 TEST_DATA = Path(__file__).parent / "data"
 
@@ -24,14 +25,7 @@ def load_saved_graph(saved_graphs):
 
     def load(name, batch_size=4):
         entry = saved_graphs[name]
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for placeholder, spec in entry["placeholders"].items():
-            shape = [batch_size if d is None else d for d in spec["shape"]]
-            if spec["dtype"].startswith("int"):
-                feeds[f"{placeholder}:0"] = rng.integers(0, 3, shape).astype(spec["dtype"])
-            else:
-                feeds[f"{placeholder}:0"] = rng.standard_normal(shape).astype(spec["dtype"])
+        feeds = feed_function(entry)(batch_size)
         return load_graph(TEST_DATA / entry["file"]), entry, feeds
 
     return load

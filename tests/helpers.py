@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
 
 from tfplace.costgraph import CostGraph
 from tfplace.transfer import TransferModel
@@ -58,3 +61,21 @@ def variable_values(graph):
         v.name if v.op.type == "VariableV2" else f"{v.op.name}/Read/ReadVariableOp:0"
         for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     ]
+
+
+def feed_function(entry: dict[str, Any], seed: int = 0) -> Callable[[int], dict[str, np.ndarray]]:
+    """``feed_fn(batch_size)`` for a saved test graph's ``graphs.json`` entry: fixed random data per
+    batch size; integer placeholders get labels in ``0..2``, ``None`` dimensions the batch size."""
+
+    def feed_fn(batch_size: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng((seed, batch_size))
+        feeds = {}
+        for name, spec in entry["placeholders"].items():
+            shape = [batch_size if d is None else d for d in spec["shape"]]
+            if spec["dtype"].startswith("int"):
+                feeds[f"{name}:0"] = rng.integers(0, 3, shape).astype(spec["dtype"])
+            else:
+                feeds[f"{name}:0"] = rng.standard_normal(shape).astype(spec["dtype"])
+        return feeds
+
+    return feed_fn

@@ -3,29 +3,12 @@
 import numpy as np
 import pytest
 
-from helpers import variable_values
+from helpers import feed_function, variable_values
 from tfplace.api import as_device_set, place_remaining_ops
 from tfplace.costgraph import CostGraph
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 
 pytestmark = pytest.mark.tensorflow
-
-
-def feed_function(entry, seed=0):
-    """``feed_fn(batch_size)`` for a saved test graph: fixed random data per batch size."""
-
-    def feed_fn(batch_size):
-        rng = np.random.default_rng(seed + batch_size)
-        feeds = {}
-        for name, spec in entry["placeholders"].items():
-            shape = [batch_size if d is None else d for d in spec["shape"]]
-            if spec["dtype"].startswith("int"):
-                feeds[f"{name}:0"] = rng.integers(0, 3, shape).astype(spec["dtype"])
-            else:
-                feeds[f"{name}:0"] = rng.standard_normal(shape).astype(spec["dtype"])
-        return feeds
-
-    return feed_fn
 
 
 @pytest.mark.parametrize("name", ["cnn", "lstm_v1", "lstm_v2", "colocation"])
