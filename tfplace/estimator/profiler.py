@@ -50,6 +50,7 @@ __all__ = [
     "OpCost",
     "ProfileSet",
     "fetch_closure",
+    "median_cost",
     "profile_graph",
     "profiling_config",
     "step_graph_def",
@@ -339,7 +340,7 @@ def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[An
     return [variable.initializer for variable in variables]
 
 
-def _median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]:
+def median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]:
     """Median over traced steps of one op's time, per-slot output bytes and temporary bytes."""
     width = max(len(trace.output_sizes) for trace in traces)
     sizes = tuple(
@@ -525,7 +526,7 @@ def _assemble(
     for b in sizes:
         per_op: dict[str, OpCost] = {}
         for op, traces in measured[b].traces.items():
-            compute, outputs, temporary = _median_cost(traces)
+            compute, outputs, temporary = median_cost(traces)
             per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0))
         if missing or partial:
             _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
