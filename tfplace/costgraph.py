@@ -206,23 +206,43 @@ class CostGraph(nx.DiGraph):
             )
 
 
+def _is_count(value: Any) -> bool:
+    """An integer >= 0 (``True`` is not a count, although Python makes it an ``int``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_amount(value: Any) -> bool:
+    """A finite number >= 0, not a boolean."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
 def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
     missing = [key for key in _NODE_DEFAULTS if key not in attrs]
     if missing:
         raise CostGraphError(f"op {name!r} lacks {', '.join(missing)}")
     for key in ("compute_time", "flops"):
-        value = attrs[key]
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise CostGraphError(f"op {name!r}: {key} must be a finite number >= 0, got {value!r}")
+        if not _is_amount(attrs[key]):
+            raise CostGraphError(f"op {name!r}: {key} must be a finite number >= 0, got {attrs[key]!r}")
     for key in ("persistent_bytes", "temporary_bytes"):
-        value = attrs[key]
-        if not isinstance(value, int) or value < 0:
-            raise CostGraphError(f"op {name!r}: {key} must be an integer >= 0, got {value!r}")
+        if not _is_count(attrs[key]):
+            raise CostGraphError(f"op {name!r}: {key} must be an integer >= 0, got {attrs[key]!r}")
     sizes = attrs["output_sizes"]
-    if not isinstance(sizes, tuple) or any(not isinstance(s, int) or s < 0 for s in sizes):
+    if not isinstance(sizes, tuple) or not all(map(_is_count, sizes)):
         raise CostGraphError(f"op {name!r}: output_sizes must be integers >= 0, got {sizes!r}")
+    if not isinstance(attrs["op_type"], str):
+        raise CostGraphError(f"op {name!r}: op_type must be a string, got {attrs['op_type']!r}")
+    group = attrs["colocation_group"]
+    if group is not None and not isinstance(group, str):
+        raise CostGraphError(f"op {name!r}: colocation_group must be None or a string, got {group!r}")
     kinds = attrs["device_kinds"]
-    if kinds is not None and (not kinds or any(not isinstance(k, str) for k in kinds)):
+    if kinds is not None and (
+        not isinstance(kinds, tuple) or not kinds or any(not isinstance(k, str) for k in kinds)
+    ):
         raise CostGraphError(f"op {name!r}: device_kinds must be None or device types, got {kinds!r}")
 
 
@@ -230,11 +250,21 @@ def _validate_edge(src: str, dst: str, attrs: Mapping[str, Any]) -> None:
     for key in ("bytes", "slots", "transfer_time", "control"):
         if key not in attrs:
             raise CostGraphError(f"edge {src!r} -> {dst!r} lacks {key}")
-    if not isinstance(attrs["bytes"], int) or attrs["bytes"] < 0:
-        raise CostGraphError(f"edge {src!r} -> {dst!r}: bytes must be an integer >= 0")
-    time = attrs["transfer_time"]
-    if not isinstance(time, (int, float)) or not math.isfinite(time) or time < 0:
+    if not _is_count(attrs["bytes"]):
+        raise CostGraphError(
+            f"edge {src!r} -> {dst!r}: bytes must be an integer >= 0, got {attrs['bytes']!r}"
+        )
+    slots = attrs["slots"]
+    if not isinstance(slots, tuple) or not all(map(_is_count, slots)):
+        raise CostGraphError(
+            f"edge {src!r} -> {dst!r}: slots must be output slots (integers >= 0), got {slots!r}"
+        )
+    if not _is_amount(attrs["transfer_time"]):
         raise CostGraphError(f"edge {src!r} -> {dst!r}: transfer_time must be finite and >= 0")
+    if not isinstance(attrs["control"], bool):
+        raise CostGraphError(
+            f"edge {src!r} -> {dst!r}: control must be true or false, got {attrs['control']!r}"
+        )
 
 
 def edge_transfers(attrs: Mapping[str, Any]) -> int:
@@ -327,42 +357,60 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
-    if document.get("version") != JSON_VERSION:
+    if document.get("version") != JSON_VERSION or isinstance(document.get("version"), bool):
         raise CostGraphError(
             f"{path}: cost graph version {document.get('version')!r}, this tfplace reads {JSON_VERSION}"
         )
-    graph = CostGraph(**document.get("graph", {}))
-    for index, op in enumerate(document.get("ops", [])):
-        if not isinstance(op, dict) or "name" not in op:
-            raise CostGraphError(f"{path}: ops[{index}] has no name")
+    metadata = document.get("graph", {})
+    if not isinstance(metadata, dict):
+        raise CostGraphError(f"{path}: 'graph' must be an object of metadata, got {metadata!r}")
+    for key in ("ops", "edges"):
+        if not isinstance(document.get(key), list):
+            raise CostGraphError(f"{path}: {key!r} must be a list, got {document.get(key)!r}")
+    graph = CostGraph(**metadata)
+    for index, op in enumerate(document["ops"]):
+        if not isinstance(op, dict) or not isinstance(op.get("name"), str) or not op["name"]:
+            raise CostGraphError(f"{path}: ops[{index}] has no name (a non-empty string)")
+        name = op["name"]
+        if name in graph:
+            raise CostGraphError(f"{path}: op {name!r} appears twice (ops[{index}])")
         unknown = set(op) - set(_NODE_DEFAULTS) - {"name"}
         if unknown:
-            raise CostGraphError(f"{path}: op {op['name']!r} has unknown fields {sorted(unknown)}")
+            raise CostGraphError(f"{path}: op {name!r} has unknown fields {sorted(unknown)}")
         fields = {**_NODE_DEFAULTS, **op}
-        graph.add_node(
-            op["name"],
-            **{key: fields[key] for key in _NODE_DEFAULTS},
-        )
-        attrs = graph.nodes[op["name"]]
-        attrs["output_sizes"] = tuple(attrs["output_sizes"] or ())
-        if attrs["device_kinds"] is not None:
-            attrs["device_kinds"] = tuple(attrs["device_kinds"])
-    for index, edge in enumerate(document.get("edges", [])):
+        for key in ("output_sizes", "device_kinds"):
+            if op.get(key) is not None:
+                fields[key] = _json_tuple(op[key], f"{path}: op {name!r}: {key}")
+        fields["output_sizes"] = fields["output_sizes"] or ()
+        graph.add_node(name, **{key: fields[key] for key in _NODE_DEFAULTS})
+    for index, edge in enumerate(document["edges"]):
         if not isinstance(edge, dict) or "src" not in edge or "dst" not in edge:
             raise CostGraphError(f"{path}: edges[{index}] needs src and dst")
-        for end in ("src", "dst"):
-            if edge[end] not in graph:
-                raise CostGraphError(f"{path}: edges[{index}] names unknown op {edge[end]!r}")
+        src, dst = edge["src"], edge["dst"]
+        for end in (src, dst):
+            if not isinstance(end, str) or end not in graph:
+                raise CostGraphError(f"{path}: edges[{index}] names unknown op {end!r}")
+        if graph.has_edge(src, dst):
+            raise CostGraphError(
+                f"{path}: edges[{index}] repeats {src!r} -> {dst!r}; merge the tensors of a pair into one edge"
+            )
         graph.add_edge(
-            edge["src"],
-            edge["dst"],
+            src,
+            dst,
             bytes=edge.get("bytes", 0),
-            slots=tuple(edge.get("slots", ())),
+            slots=_json_tuple(edge.get("slots", []), f"{path}: edge {src!r} -> {dst!r}: slots"),
             transfer_time=edge.get("transfer_time", 0.0),
-            control=bool(edge.get("control", False)),
+            control=edge.get("control", False),
         )
     graph.validate()
     return graph
+
+
+def _json_tuple(value: Any, what: str) -> tuple[Any, ...]:
+    """A JSON list as a tuple; anything else is a :class:`CostGraphError` naming ``what``."""
+    if not isinstance(value, list):
+        raise CostGraphError(f"{what} must be a list, got {value!r}")
+    return tuple(value)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

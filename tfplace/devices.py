@@ -28,6 +28,7 @@ class DeviceError(ValueError):
 _FIELD = re.compile(r"^(job|replica|task|device):(.+)$")
 _LEGACY = re.compile(r"^(cpu|gpu|tpu):(\d+)$", re.IGNORECASE)
 _TYPE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")
+_FORMS = "write /device:GPU:0, /gpu:0, GPU:0 or /job:worker/replica:0/task:1/device:GPU:0"
 
 
 @dataclass(frozen=True, order=True)
@@ -45,7 +46,7 @@ class DeviceName:
         """Parse ``/job:j/replica:r/task:t/device:KIND:i``, ``/device:KIND:i``, ``/gpu:0`` or ``GPU:0``."""
         parts = [p for p in name.strip().split("/") if p]
         if not parts:
-            raise DeviceError(f"empty device name {name!r}")
+            raise DeviceError(f"empty device name {name!r}; {_FORMS}")
         fields: dict[str, str] = {}
         for part in parts:
             legacy = _LEGACY.match(part)
@@ -58,13 +59,13 @@ class DeviceName:
             elif _TYPE_INDEX.match(part) and len(parts) == 1:
                 fields["device"] = part
             else:
-                raise DeviceError(f"malformed device name {name!r}: cannot read {part!r}")
+                raise DeviceError(f"malformed device name {name!r}: cannot read {part!r}; {_FORMS}")
         if "device" not in fields:
-            raise DeviceError(f"device name {name!r} has no device type and index (like /device:GPU:0)")
+            raise DeviceError(f"device name {name!r} has no device type and index; {_FORMS}")
         kind_index = _TYPE_INDEX.match(fields["device"])
         if not kind_index:
             raise DeviceError(
-                f"malformed device name {name!r}: expected TYPE:index, got {fields['device']!r}"
+                f"malformed device name {name!r}: expected TYPE:index, got {fields['device']!r}; {_FORMS}"
             )
         try:
             return cls(
@@ -75,7 +76,9 @@ class DeviceName:
                 index=int(kind_index.group(2)),
             )
         except ValueError:
-            raise DeviceError(f"malformed device name {name!r}: replica and task must be integers") from None
+            raise DeviceError(
+                f"malformed device name {name!r}: replica and task must be integers; {_FORMS}"
+            ) from None
 
     @property
     def host(self) -> str:

@@ -16,6 +16,8 @@ from tfplace.devices import DeviceSet
 from tfplace.indexed import IndexedGraph, index_graph
 from tfplace.placement import Placement
 from tfplace.placer.base import PlacerFunction, PlacerOutput, check_constraints
+from tfplace.placer.capacity import capacity_warnings
+from tfplace.placer.orders import kahn_order
 
 __all__ = ["PLACERS", "PlacerOutput", "place_cost_graph", "placer_function"]
 
@@ -56,11 +58,19 @@ def place_cost_graph(
     The result passes :func:`~tfplace.placer.base.check_constraints`; its ``step_time``,
     ``peak_memory`` and ``utilization`` come from the simulator when ``simulate`` is true, so that
     every placer is scored by the same model. ``placement_seconds`` covers indexing the graph and
-    placing it, as Celeritas Table 4 counts it.
+    placing it, as Celeritas Table 4 counts it. ``warnings`` say when memory does not suffice
+    (:func:`~tfplace.placer.capacity.capacity_warnings`). An empty graph gives an empty placement
+    with a step time of 0.
+
+    Raises
+    ------
+    tfplace.costgraph.CostGraphError
+        When the graph has a cycle (the message names ops on it), whichever the placer.
     """
     function = placer_function(placer)
     start = time.perf_counter()
     indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
+    kahn_order(indexed)  # raises naming a cycle's ops, also for placers that never order the ops
     output = function(indexed, devices, **options)
     seconds = time.perf_counter() - start
     check_constraints(indexed, devices, output.op_devices)
@@ -73,7 +83,7 @@ def place_cost_graph(
         placer=placer,
         memory=used,
         placement_seconds=seconds,
-        warnings=[str(o) for o in ledger.overcommits()],
+        warnings=capacity_warnings(ledger),
     )
     if simulate:
         from tfplace.simulator import simulate as run_simulation
