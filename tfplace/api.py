@@ -55,12 +55,16 @@ class CostEstimate:
         The measurements at the small batch sizes.
     regression : OpCostRegression
         The fitted per-op model.
+    refinement : Refinement or None
+        Step 2's measurement at the target batch, when asked for (``refine_on``); ``cost_graph``
+        then holds its costs.
     """
 
     cost_graph: CostGraph
     imported: Any
     profile: Any
     regression: Any
+    refinement: Any = None
 
 
 def as_device_set(
@@ -88,8 +92,13 @@ def estimate_costs(
     traced_steps: int = 5,
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
     config: Any = None,
+    refine_on: DeviceSet | None = None,
 ) -> CostEstimate:
-    """Standard Evaluation, step 1 (Celeritas section 4.2.1): the step's costs at ``batch_size``.
+    """Standard Evaluation (Celeritas section 4.2.1): the step's costs at ``batch_size``.
+
+    Step 1 profiles small batches and predicts the target batch by regression; with ``refine_on``,
+    step 2 then runs the target batch on those devices (DFS-TOPO placement) and replaces the
+    predictions by what it measured (:func:`tfplace.estimator.refine.refine_costs`).
 
     Parameters
     ----------
@@ -106,6 +115,9 @@ def estimate_costs(
         See :func:`tfplace.estimator.profile_graph`.
     cache_dir : path or None
         Profile cache; ``None`` always measures.
+    refine_on : DeviceSet, optional
+        Devices to run the target batch on for step 2 (virtual CPUs, loopback workers); ``None``
+        keeps step 1's predictions.
 
     Returns
     -------
@@ -155,7 +167,17 @@ def estimate_costs(
         profile_batch_sizes=list(profile.batch_sizes),
         estimated_ops=list(profile.estimated_ops),
     )
-    return CostEstimate(cost_graph=filled, imported=imported, profile=profile, regression=regression)
+    refinement = None
+    if refine_on is not None:
+        from tfplace.estimator.refine import refine_costs
+
+        refinement = refine_costs(
+            tf_graph, fetches, feed_fn, filled, imported.cost_graph, refine_on, init_op=init_op
+        )
+        filled = refinement.cost_graph
+    return CostEstimate(
+        cost_graph=filled, imported=imported, profile=profile, regression=regression, refinement=refinement
+    )
 
 
 def _flops_at(tf_graph: Any, feed_fn: FeedFunction, batch_size: int, ops: Any) -> dict[str, int]:
@@ -228,7 +250,7 @@ def place(
         Fill the estimated step time, peak memory and utilization from the simulator.
     **estimate_options
         ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
-        ``config``: see :func:`estimate_costs`.
+        ``config``, ``refine_on``: see :func:`estimate_costs`.
 
     Returns
     -------
