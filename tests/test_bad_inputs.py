@@ -230,3 +230,207 @@ def test_simulating_an_empty_graph_takes_no_time_and_no_memory():
     assert result.makespan == 0.0
     assert not result.peak_memory.any()
     assert result.oom == []
+
+
+# -- TensorFlow graphs ----------------------------------------------------------------------------
+
+
+def dense_training_graph():
+    """x[None, 4] @ w[4, 2] -> mean square -> one gradient-descent step: (graph, train op name)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        weights = tf.compat.v1.get_variable("w", [4, 2])
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights)), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train_op")
+    return graph, "train_op"
+
+
+def dense_feeds(batch_size):
+    return {"x:0": np.ones((batch_size, 4), np.float32)}
+
+
+FAST = {"warmup_steps": 1, "traced_steps": 2}
+
+
+@pytest.mark.tensorflow
+def test_a_graph_def_file_cut_after_any_op_or_inside_one_is_refused_as_truncated(tmp_path):
+    from tfplace.tf_graph.importer import GraphImportError, import_graph
+
+    graph, _ = dense_training_graph()
+    graph_def = graph.as_graph_def()
+    whole = graph_def.SerializeToString(deterministic=True)
+    path = tmp_path / "graph.pb"
+    prefixes = []
+    for count in range(len(graph_def.node)):
+        cut = type(graph_def)()
+        cut.node.extend(graph_def.node[:count])
+        prefixes.append(cut.SerializeToString(deterministic=True))
+    assert all(whole.startswith(prefix) for prefix in prefixes)  # cuts at op boundaries
+    for prefix in prefixes:
+        path.write_bytes(prefix)
+        with pytest.raises(GraphImportError, match=r"graph\.pb: not a readable GraphDef: truncated: its"):
+            import_graph(path)
+    for cut in range(1, len(whole), max(1, len(whole) // 40)):
+        path.write_bytes(whole[:cut])
+        with pytest.raises(GraphImportError, match=r"graph\.pb: not a readable GraphDef: truncated"):
+            import_graph(path)
+    path.write_bytes(whole)
+    assert len(import_graph(path).cost_graph) == len(graph_def.node)
+
+
+@pytest.mark.tensorflow
+def test_a_corrupted_meta_graph_file_is_refused_naming_the_file(tmp_path):
+    import tensorflow as tf
+
+    from tfplace.tf_graph.importer import GraphImportError, import_graph
+
+    graph, _ = dense_training_graph()
+    with graph.as_default():
+        data = bytearray(tf.compat.v1.train.export_meta_graph().SerializeToString())
+    data[len(data) // 3 : len(data) // 3 + 8] = b"\xff" * 8
+    path = tmp_path / "model.meta"
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        GraphImportError, match=r"model\.meta: not a readable MetaGraphDef: truncated or corrupted"
+    ):
+        import_graph(path)
+
+
+@pytest.mark.tensorflow
+@pytest.mark.parametrize(
+    ("fetches", "message"),
+    [("train_op", r"no op 'train_op' to fetch \(the graph is empty\)"), ([], "at least one fetch")],
+)
+def test_placing_an_empty_tf_graph_is_refused_before_any_profiling(fetches, message):
+    import tensorflow as tf
+
+    from tfplace import place
+
+    with pytest.raises(ValueError, match=message):
+        place(tf.Graph(), fetches, dense_feeds, "/device:GPU:0-1", memory="1GB", batch_size=4, cache_dir=None)
+
+
+@pytest.mark.tensorflow
+def test_feeds_that_do_not_match_the_placeholders_are_refused_before_tensorflow_runs(monkeypatch):
+    import tensorflow as tf
+
+    from tfplace import place
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a session was started")
+
+    graph, train = dense_training_graph()
+    monkeypatch.setattr(tf.compat.v1, "Session", refuse)
+    with pytest.raises(ValueError, match=r"feed 'x:0': shape \(1, 3\) is incompatible .* \(None, 4\)"):
+        place(
+            graph,
+            train,
+            lambda b: {"x:0": np.ones((b, 3), np.float32)},
+            "/device:CPU:0-1",
+            memory="1GB",
+            batch_size=8,
+        )
+
+
+@pytest.mark.tensorflow
+def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_measures_again(
+    tmp_path, monkeypatch
+):
+    from tfplace.estimator import profiler
+
+    graph, train = dense_training_graph()
+    real = profiler.collect_op_traces
+    calls = []
+
+    def interrupted(metadata, names):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(metadata, names)
+
+    monkeypatch.setattr(profiler, "collect_op_traces", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        profiler.profile_graph(graph, train, dense_feeds, (1, 2), cache_dir=tmp_path, **FAST)
+    assert list(tmp_path.iterdir()) == []
+
+    monkeypatch.setattr(profiler, "collect_op_traces", real)
+    again = profiler.profile_graph(graph, train, dense_feeds, (1, 2), cache_dir=tmp_path, **FAST)
+    assert not again.from_cache
+    assert [p.name for p in tmp_path.iterdir()] == [f"profile-{again.key}.json"]
+
+
+@pytest.mark.tensorflow
+def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypatch):
+    from tfplace.estimator import profiler
+    from tfplace.estimator.step_stats import OpTrace
+
+    def negative(metadata, names):
+        return {name: OpTrace(-3e-6, (), 0, 0, "/device:CPU:0", 1) for name in names}
+
+    monkeypatch.setattr(profiler, "collect_op_traces", negative)
+    graph, train = dense_training_graph()
+    result = profiler.profile_graph(graph, train, dense_feeds, (1, 2), **FAST)
+    assert {cost.compute_time for per_op in result.costs.values() for cost in per_op.values()} == {
+        profiler.TIME_FLOOR
+    }
+
+
+def graph_with_cpu_only_ops():
+    """A training step reading a tf.data iterator, with a summary and a string of the loss:
+    ``(graph, fetches)``."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        rows = np.arange(64, dtype=np.float32).reshape(16, 4)
+        dataset = tf.data.Dataset.from_tensor_slices(rows).repeat().batch(4)
+        batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next(name="next_batch")
+        weights = tf.compat.v1.get_variable("w", [4, 2])
+        loss = tf.reduce_mean(tf.square(tf.matmul(batch, weights, name="matmul")), name="loss")
+        summary = tf.compat.v1.summary.scalar("loss_summary", loss)
+        histogram = tf.compat.v1.summary.histogram("weights", weights)
+        text = tf.strings.as_string(loss, name="loss_text")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train_op")
+    return graph, [train, summary, histogram, text]
+
+
+@pytest.mark.tensorflow
+def test_ops_without_a_gpu_kernel_stay_on_the_cpu_when_placing_on_four_gpus(tmp_path):
+    from tfplace import place
+    from tfplace.tf_graph.constraints import op_device_kinds
+
+    graph, fetches = graph_with_cpu_only_ops()
+    placement = place(
+        graph,
+        fetches,
+        lambda b: {},
+        "/device:GPU:0-3",
+        memory="1GB",
+        batch_size=4,
+        profile_batch_sizes=[4],
+        cache_dir=tmp_path,
+        **FAST,
+    )
+    placement.apply(graph)
+
+    kind = {op.name: DeviceName.parse(op.device).kind for op in graph.get_operations()}
+    for name in (
+        "TensorSliceDataset",
+        "OneShotIterator",
+        "next_batch",
+        "loss_summary",
+        "weights",
+        "loss_text",
+    ):
+        assert kind[name] == "CPU", name
+    assert kind["matmul"] == kind["loss"] == "GPU"
+    for op in graph.get_operations():
+        kinds = op_device_kinds(op)
+        if kinds is not None and "GPU" not in kinds:
+            assert kind[op.name] == "CPU", op.name
+    assert {
+        DeviceName.parse(op.device).full_name for op in graph.get_operations() if kind[op.name] == "CPU"
+    } == {"/job:localhost/replica:0/task:0/device:CPU:0"}

@@ -78,24 +78,39 @@ class ImportedGraph:
 
 
 def _read_proto(path: Path) -> Any:
-    """A ``GraphDef`` (``.pb``, ``.pbtxt``) or ``MetaGraphDef`` (``.meta``), binary or text."""
+    """A ``GraphDef`` (``.pb``, ``.pbtxt``) or ``MetaGraphDef`` (``.meta``), binary or text.
+
+    A binary file cut at a field boundary, or empty, still parses: as a graph missing its last
+    ops. TensorFlow writes a graph's ``versions`` after its ops, in binary and in text, so a
+    ``.pb`` or ``.meta`` file whose graph lacks them is refused as truncated. A ``.pbtxt`` file
+    is exempt: hand-written ones often leave ``versions`` out.
+    """
     import tensorflow as tf
     from google.protobuf import message, text_format
 
     if path.suffix not in (".meta", ".pb", ".pbtxt"):
         raise GraphImportError(f"{path}: expected a .pb or .pbtxt GraphDef or a .meta MetaGraphDef")
-    proto = tf.compat.v1.MetaGraphDef() if path.suffix == ".meta" else tf.compat.v1.GraphDef()
+    make = tf.compat.v1.MetaGraphDef if path.suffix == ".meta" else tf.compat.v1.GraphDef
+    kind = make.__name__
     data = path.read_bytes()
-    try:
-        if path.suffix != ".pbtxt":
-            try:
-                proto.ParseFromString(data)
+    problem = None
+    if path.suffix != ".pbtxt":
+        proto = make()
+        try:
+            proto.ParseFromString(data)
+        except message.DecodeError as error:
+            problem = f"truncated or corrupted ({error})"
+        else:
+            if _graph_def_of(proto).HasField("versions"):
                 return proto
-            except message.DecodeError:
-                pass  # a text proto under a binary suffix: parsed below
+            problem = f"truncated: its {len(data):,} bytes lack the versions TensorFlow writes after the ops"
+    proto = make()  # a text proto, also under a binary suffix
+    try:
         text_format.Parse(data.decode("utf-8"), proto)
     except (text_format.ParseError, UnicodeDecodeError) as error:
-        raise GraphImportError(f"{path}: not a readable {type(proto).__name__} ({error})") from None
+        raise GraphImportError(f"{path}: not a readable {kind}: {problem or error}") from None
+    if problem is not None and not _graph_def_of(proto).HasField("versions"):
+        raise GraphImportError(f"{path}: not a readable {kind}: {problem}")
     return proto
 
 
@@ -165,7 +180,8 @@ def fetch_op_names(graph: Any, fetches: Any) -> tuple[str, ...]:
     known = {op.name for op in graph.get_operations()}
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise GraphImportError(f"the graph has no op {', '.join(map(repr, unknown))} to fetch")
+        empty = " (the graph is empty)" if not known else ""
+        raise GraphImportError(f"the graph has no op {', '.join(map(repr, unknown))} to fetch{empty}")
     return tuple(dict.fromkeys(names))
 
 
