@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tfplace.progress import track
 from tfplace.transfer import TransferModel
 
 __all__ = ["DEFAULT_SIZES", "calibrate_transfer", "time_transfers"]
@@ -67,7 +68,8 @@ def time_transfers(
     try:
         with tf.compat.v1.Session(target, graph=graph, config=config) as session:
             session.run(initializer)
-            for local, remote in steps:
+            label = f"calibrating {src_device} -> {dst_device}"
+            for _, (local, remote) in track(zip(sizes, steps), label, detail=_bytes):
                 session.run([local, remote])  # warm up both paths
                 same, crossing = [], []
                 for _ in range(repeats):
@@ -78,6 +80,10 @@ def time_transfers(
         if target:  # a remote server keeps the variables until their container is reset
             tf.compat.v1.Session.reset(target, [container])
     return seconds
+
+
+def _bytes(item: tuple[int, Any]) -> str:
+    return f"{item[0]:,} bytes"
 
 
 def _timed(session: Any, fetch: Any) -> float:

@@ -44,6 +44,7 @@ from tfplace.estimator.shapes import (
     variable_bytes,
 )
 from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+from tfplace.progress import Progress, track
 
 __all__ = [
     "TIME_FLOOR",
@@ -382,22 +383,28 @@ def _measure(
     wall: dict[int, list[float]] = {b: [] for b in feeds}
     with contextlib.ExitStack() as stack:
         sessions = {}
-        for b, feed in feeds.items():
+        for b, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
             session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=config))
             if initializer:
                 session.run(initializer)
             for _ in range(warmup_steps):
                 session.run(fetches, feed_dict=feed)
             sessions[b] = session
-        for _ in range(traced_steps):
-            for b, session in sessions.items():
-                metadata = tf.compat.v1.RunMetadata()
-                start = time.perf_counter()
-                session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
-                wall[b].append(time.perf_counter() - start)
-                for op, trace in collect_op_traces(metadata, op_names).items():
-                    traces[b].setdefault(op, []).append(trace)
+        with Progress("profiling traced steps", traced_steps * len(sessions)) as progress:
+            for step in range(traced_steps):
+                for b, session in sessions.items():
+                    metadata = tf.compat.v1.RunMetadata()
+                    start = time.perf_counter()
+                    session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
+                    wall[b].append(time.perf_counter() - start)
+                    for op, trace in collect_op_traces(metadata, op_names).items():
+                        traces[b].setdefault(op, []).append(trace)
+                    progress.advance(f"batch {b}, step {step + 1}/{traced_steps}")
     return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
+
+
+def _batch(item: tuple[int, Any]) -> str:
+    return f"batch {item[0]}"
 
 
 def profile_graph(
