@@ -6,12 +6,17 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from tfplace.costgraph import CostGraph, atomic_write_text
 from tfplace.devices import Device, DeviceSet
+from tfplace.tables import format_table
 from tfplace.transfer import TransferModel
+from tfplace.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from tfplace.simulator.result import SimulationResult
 
 __all__ = ["Placement", "PlacementError"]
 
@@ -85,35 +90,53 @@ class Placement:
         """Names of the ops placed on ``device``."""
         return [op for op, d in self.assignment.items() if d == device]
 
+    def with_simulation(self, result: SimulationResult) -> Placement:
+        """A copy whose ``step_time``, ``peak_memory`` and ``utilization`` come from ``result``, a
+        simulated step of this placement on :attr:`devices`."""
+        names = [d.name for d in self.devices.all_devices]
+        makespan = float(result.makespan)
+        return replace(
+            self,
+            step_time=makespan,
+            peak_memory={names[d]: int(p) for d, p in enumerate(result.peak_memory) if p},
+            utilization={
+                names[d]: float(b) / makespan if makespan > 0 else 0.0
+                for d, b in enumerate(result.busy_time)
+                if b
+            },
+        )
+
     def summary(self) -> str:
-        """A table: per device its ops, static memory, simulated peak and utilization, then the step time."""
+        """A table: per device its ops, capacity, estimated and simulated peak memory and busy
+        share of the step; then the estimated step time and the warnings.
+
+        ``estimate`` is the placer's static memory estimate (persistent state, all outputs and the
+        largest temporary memory of the device's ops); ``sim. peak`` the most memory the device
+        holds at once in the simulated step; percentages are of the device's capacity.
+        """
         counts = Counter(self.assignment.values())
         names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
-        rows = [("device", "ops", "memory", "of capacity", "sim. peak", "busy")]
         capacity = {d.name: d.memory for d in self.devices.devices}
+        rows = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
         for name in names:
             cap = capacity.get(name)
             rows.append(
                 (
                     name,
                     f"{counts.get(name, 0):,}",
-                    _gb(self.memory.get(name, 0)),
-                    f"{self.memory.get(name, 0) / cap:.0%}" if cap else "-",
-                    _gb(self.peak_memory[name]) if name in self.peak_memory else "-",
+                    format_bytes(cap) if cap else "-",
+                    _share(self.memory.get(name, 0), cap),
+                    _share(self.peak_memory[name], cap) if name in self.peak_memory else "-",
                     f"{self.utilization[name]:.0%}" if name in self.utilization else "-",
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = [
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
-            )
-            for row in rows
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        step = f"{self.step_time:.4f} s" if self.step_time is not None else "not estimated"
+        lines = [format_table(rows)]
+        step = (
+            f"{format_seconds(self.step_time)} (simulated)" if self.step_time is not None else "not estimated"
+        )
         lines.append(
-            f"placer {self.placer}: estimated step time {step}, placed in {self.placement_seconds:.3f} s"
+            f"estimated step time: {step}; placer {self.placer or '?'} placed "
+            f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
         )
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
@@ -174,5 +197,6 @@ class Placement:
             raise PlacementError(f"{path}: not a readable placement ({error})") from None
 
 
-def _gb(nbytes: int) -> str:
-    return f"{nbytes / 1e9:.2f} GB"
+def _share(nbytes: int, capacity: int | None) -> str:
+    """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one)."""
+    return f"{format_bytes(nbytes)} ({nbytes / capacity:.0%})" if capacity else format_bytes(nbytes)
