@@ -113,3 +113,38 @@ def test_unknown_link_preset_lists_the_known_ones():
     with pytest.raises(ValueError, match="nvlink2"):
         TransferModel.preset("token-ring")
     assert TransferModel.preset("pcie3_x16") is PRESETS["pcie3_x16"]
+
+
+def test_the_typical_link_is_the_one_most_device_pairs_use():
+    intra, inter = TransferModel(1e-10, 1e-5, "intra"), TransferModel(1e-9, 1e-4, "inter")
+    links = {"intra_host": intra, "inter_host": inter}
+    big_and_small = ["/job:w/task:0/device:GPU:0-7", "/job:w/task:1/device:GPU:0"]
+    assert DeviceSet.parse(big_and_small, "1GB", **links).typical_link is intra  # 28 of 36 pairs
+    assert DeviceSet.parse("/job:w/task:0-2/device:CPU:0", "1GB", **links).typical_link is inter
+    assert DeviceSet.parse("/device:GPU:0-3", "1GB", **links).typical_link is intra
+
+
+def test_a_link_latency_is_part_of_b_and_is_kept_when_saved():
+    link = TransferModel(k=1e-9, b=2e-4, name="grpc", latency=1.5e-4)
+    assert link.time(1000) == pytest.approx(1e-6 + 2e-4)
+    assert link.occupancy(1000) == pytest.approx(1e-6 + 0.5e-4)
+    assert TransferModel.from_dict(link.to_dict()) == link
+    assert "latency" not in TransferModel(k=1e-9, b=2e-4).to_dict()
+    with pytest.raises(ValueError, match="latency <= b"):
+        TransferModel(k=1e-9, b=1e-4, latency=2e-4)
+
+
+def test_a_negative_step_overhead_is_refused():
+    with pytest.raises(DeviceError, match="step_overhead"):
+        DeviceSet.parse("/device:CPU:0", "1GB", step_overhead=-1.0)
+
+
+def test_a_saved_placement_keeps_link_latency_and_step_overhead(tmp_path):
+    from tfplace.placement import Placement
+
+    grpc = TransferModel(k=4e-10, b=2e-4, name="grpc", latency=1.4e-4)
+    devices = DeviceSet.parse(
+        "/job:worker/task:0-1/device:CPU:0", "1GB", inter_host=grpc, step_overhead=3.5e-4
+    )
+    Placement({"a": devices.names[0], "b": devices.names[1]}, devices).save(tmp_path / "p.json")
+    assert Placement.load(tmp_path / "p.json").devices == devices

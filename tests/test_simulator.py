@@ -168,6 +168,26 @@ def test_a_coarse_edge_pays_the_latency_of_each_tensor_it_merges():
     assert result.makespan == pytest.approx(1 + (9 + 3 * 2) + 1)
 
 
+def test_transfers_sent_together_overlap_their_latency():
+    # a's two outputs (4 bytes each) go to GPU:1; each transfer takes 4 + 3 s, 2 s of it latency
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    graph.add_op("a", compute_time=1, output_sizes=(4, 4))
+    graph.add_op("x", compute_time=1)
+    graph.add_op("y", compute_time=1)
+    graph.add_dependency("a", "x", slots=(0,))
+    graph.add_dependency("a", "y", slots=(1,))
+    assignment = {"a": 0, "x": 1, "y": 1}
+    pipelined = gpus(intra_host=TransferModel(k=1.0, b=3.0, latency=2.0))
+    result = simulate(graph, placed(graph, assignment), pipelined, record=True)
+    start = {task.op: task.start for task in result.schedule.ops}
+    assert transfer_starts(result) == [1, 6]  # the link is free after 4 + 1 s
+    assert sorted(start[op] for op in "xy") == [1 + 5 + 2, 6 + 5 + 2]
+    assert result.transfer_seconds == pytest.approx(2 * 7)
+    serial = simulate(graph, placed(graph, assignment), gpus(intra_host=TransferModel(k=1.0, b=3.0)))
+    assert serial.makespan == pytest.approx(1 + 7 + 7 + 1)
+    assert result.makespan == pytest.approx(1 + 5 + 5 + 2 + 1)
+
+
 # Rule 3: control dependencies.
 
 
@@ -256,6 +276,21 @@ def test_a_received_tensor_can_cause_the_oom():
         DeviceSet((Device("/device:GPU:0", 100), Device("/device:GPU:1", 50)), intra_host=UNIT_LINK),
     )
     assert [(e.device, e.op, e.cause, e.time) for e in result.oom] == [("/device:GPU:1", "o0", "receive", 1)]
+
+
+# Rule 5: step overhead.
+
+
+def test_a_step_pays_the_step_overhead_of_each_host_that_runs_ops():
+    devices = two_hosts(intra_host=UNIT_LINK, inter_host=UNIT_LINK, step_overhead=0.5)
+    graph = chain_graph([1, 2], [0])
+    one_host = simulate(graph, np.array([0, 1]), devices)
+    other = devices.index("/job:w/task:1/device:GPU:0")
+    across = simulate(graph, np.array([0, other]), devices)
+    assert one_host.step_overhead == pytest.approx(0.5)
+    assert one_host.makespan == pytest.approx(3 + 0.5)
+    assert across.step_overhead == pytest.approx(1.0)
+    assert across.makespan == pytest.approx(1 + 2 + 1.0)  # the control edge costs b = 0 s
 
 
 # Rule 1: priorities.

@@ -151,6 +151,7 @@ class Placement:
                 "intra_host": self.devices.intra_host.to_dict(),
                 "inter_host": self.devices.inter_host.to_dict(),
                 "shared_bus": self.devices.shared_bus,
+                "step_overhead": self.devices.step_overhead,
             },
             "assignment": self.assignment,
             "memory": self.memory,
@@ -175,6 +176,7 @@ class Placement:
             intra_host=TransferModel.from_dict(links["intra_host"]),
             inter_host=TransferModel.from_dict(links["inter_host"]),
             shared_bus=bool(links["shared_bus"]),
+            step_overhead=float(links.get("step_overhead", 0.0)),
         )
         return cls(
             assignment=dict(document["assignment"]),

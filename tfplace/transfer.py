@@ -27,21 +27,36 @@ class TransferModel:
         Seconds of fixed cost per transfer: latency plus the framework's per-tensor overhead.
     name : str
         What the model describes, for reports.
+    latency : float
+        The part of ``b`` during which the link is free for other transfers (``0 <= latency <= b``):
+        a request's round trip before the bytes flow, which transfers sent at the same time
+        overlap. A transfer holds the link for :meth:`occupancy` and its tensor arrives
+        ``latency`` later. gRPC between TensorFlow workers has such a latency: on loopback,
+        16 small tensors sent at once take far less than 16 times one tensor's ``b``.
     """
 
     k: float
     b: float
     name: str = "custom"
+    latency: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.k >= 0 and self.b >= 0):
             raise ValueError(
                 f"transfer model {self.name!r} needs k >= 0 and b >= 0, got k={self.k}, b={self.b}"
             )
+        if not 0 <= self.latency <= self.b:
+            raise ValueError(
+                f"transfer model {self.name!r} needs 0 <= latency <= b, got latency={self.latency}, b={self.b}"
+            )
 
     def time(self, nbytes: float) -> float:
         """Seconds one transfer of ``nbytes`` takes; ``0`` for an empty transfer."""
         return self.k * nbytes + self.b if nbytes > 0 else 0.0
+
+    def occupancy(self, nbytes: float) -> float:
+        """Seconds one transfer of ``nbytes`` holds the link: :meth:`time` minus the latency."""
+        return self.k * nbytes + self.b - self.latency if nbytes > 0 else 0.0
 
     @property
     def bandwidth(self) -> float:
@@ -74,11 +89,20 @@ class TransferModel:
         return PRESETS["pcie3_x16"]
 
     def to_dict(self) -> dict[str, float | str]:
-        return {"k": self.k, "b": self.b, "name": self.name}
+        """``k``, ``b``, ``name``, and ``latency`` when it is not 0."""
+        spec: dict[str, float | str] = {"k": self.k, "b": self.b, "name": self.name}
+        if self.latency:
+            spec["latency"] = self.latency
+        return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, float | str]) -> TransferModel:
-        return cls(k=float(spec["k"]), b=float(spec["b"]), name=str(spec.get("name", "custom")))
+        return cls(
+            k=float(spec["k"]),
+            b=float(spec["b"]),
+            name=str(spec.get("name", "custom")),
+            latency=float(spec.get("latency", 0.0)),
+        )
 
 
 PRESETS: dict[str, TransferModel] = {

@@ -13,7 +13,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    a slot is a tensor of its own. When its producer ends, a tensor is sent *once* to each other
    device that has a consumer of it. The transfer takes ``k * bytes + b`` on the
    :meth:`~tfplace.devices.DeviceSet.link` between the devices (``b`` once per transfer an edge
-   of a coarse graph stands for) and occupies, for its whole duration, the channels of
+   of a coarse graph stands for) and occupies, for all of it but the link's ``latency``
+   (:meth:`~tfplace.transfer.TransferModel.occupancy`; the tensor arrives ``latency`` after
+   leaving the channels, so transfers sent together overlap their latencies), the channels of
    :func:`~tfplace.simulator.plan.route_channels`: the sender's outgoing and the receiver's
    incoming channel (full duplex: one transfer per direction per device at a time), plus both
    hosts' network channels between hosts; with ``devices.shared_bus`` every transfer inside a
@@ -32,6 +34,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    ends. Frees at a moment happen before the allocations of ops and transfers starting then.
    The first time a device holds more than ``devices.memory_of(d)``, an :class:`OomEvent`
    names the op whose start (or received tensor) crossed the limit; the simulation goes on.
+5. **Step overhead.** The framework's own work per step (starting each host's part of the step
+   and collecting it: a TensorFlow master's ``RunGraph`` call to every worker) adds
+   ``devices.step_overhead`` seconds per host that runs ops to the makespan.
 
 The loop keeps a heap of events (op ends, transfer ends, message arrivals), a heap of ready ops
 per device and a heap of waiting transfers per route (sender, receiver), so each event costs
@@ -65,7 +70,7 @@ __all__ = ["PRIORITIES", "simulate"]
 #: The named ready-op priorities :func:`simulate` accepts (besides an explicit rank per op).
 PRIORITIES = ("fifo", "critical_path")
 
-_OP_END, _TRANSFER_END, _SIGNAL = 0, 1, 2
+_OP_END, _TRANSFER_END, _SIGNAL, _ARRIVAL = 0, 1, 2, 3
 
 
 def simulate(
@@ -259,6 +264,7 @@ class _Run:
     def result(self) -> SimulationResult:
         makespan, moved, seconds = self._loop()
         graph, devices = self.graph, self.devices
+        overhead = devices.step_overhead * len({devices.host_of(d) for d in set(self.placed)})
         count = len(devices.all_devices)
         plan = self.plan
         link_bytes = np.zeros((count, count), dtype=np.int64)
@@ -273,7 +279,7 @@ class _Run:
             ]
             schedule = Schedule(ops=self.op_tasks, transfers=self.transfer_tasks, memory=memory)
         return SimulationResult(
-            makespan=makespan,
+            makespan=makespan + overhead,
             busy_time=np.bincount(self.placed, weights=graph.compute, minlength=count).astype(float),
             peak_memory=np.asarray(self.peak, dtype=np.int64),
             bytes_moved=moved,
@@ -284,6 +290,7 @@ class _Run:
             placed_ccr=seconds / compute if compute > 0 else math.inf,
             oom=sorted(self.oom, key=lambda event: event.time),
             schedule=schedule,
+            step_overhead=overhead,
         )
 
     def _loop(self) -> tuple[float, int, float]:
@@ -297,7 +304,7 @@ class _Run:
         pending, local_next, sends, signals = plan.pending[:], plan.local_next, plan.sends, plan.signals
         releases, slot_base, holders = plan.releases, plan.slot_base, plan.holders[:]
         buffer_size, buffer_device = plan.buffer_size, plan.buffer_device
-        route_of, duration, consumers = plan.route, plan.duration, plan.consumers
+        route_of, duration, delay, consumers = plan.route, plan.duration, plan.delay, plan.consumers
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
         count = len(self.devices.all_devices)
         queues: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
@@ -318,6 +325,12 @@ class _Run:
             d = placed[v]
             heappush(queues[d], (time if keys is None else keys[v], position[v], v))
             ready_devices.add(d)
+
+        def deliver(t: int, time: float) -> None:
+            for v in consumers[t]:
+                pending[v] -= 1
+                if not pending[v]:
+                    make_ready(v, time)
 
         for v in range(len(graph)):
             if not pending[v]:
@@ -351,7 +364,7 @@ class _Run:
                 allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
                 heappush(events, (end, _TRANSFER_END, t))
                 moved += plan.nbytes[t]
-                seconds += duration[t]
+                seconds += duration[t] + delay[t]
                 if record:
                     self.transfer_tasks.append(
                         TransferTask(
@@ -396,10 +409,12 @@ class _Run:
                             ready_routes.add(r)
                     for buffer in plan.holds[x]:
                         release(buffer, now)
-                    for v in consumers[x]:
-                        pending[v] -= 1
-                        if not pending[v]:
-                            make_ready(v, now)
+                    if delay[x]:
+                        heappush(events, (now + delay[x], _ARRIVAL, x))
+                    else:
+                        deliver(x, now)
+                elif kind == _ARRIVAL:
+                    deliver(x, now)
                 else:
                     pending[x] -= 1
                     if not pending[x]:

@@ -41,8 +41,10 @@ class TransferPlan:
         a device and ``holders`` (the releases it waits for; ``0`` frees it when its op ends).
     Transfers (one entry per tensor and receiving device)
         ``producer``, ``slot`` (``None`` for a slotless edge), ``src``, ``dst`` devices, ``nbytes``,
-        ``duration`` (``k * bytes + b`` per transfer the edge stands for), ``route``, ``holds`` (the
-        sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
+        ``duration`` (how long it holds its channels: ``k * bytes + b - latency``, the fixed part
+        once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
+        arrives that long after it leaves the channels), ``route``, ``holds`` (the sender's
+        buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
         received copy on ``dst``).
     Routes
         ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
@@ -65,6 +67,7 @@ class TransferPlan:
     dst: list[int] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
     duration: list[float] = field(default_factory=list)
+    delay: list[float] = field(default_factory=list)
     route: list[int] = field(default_factory=list)
     holds: list[Sequence[int]] = field(default_factory=list)
     consumers: list[list[int]] = field(default_factory=list)
@@ -212,7 +215,8 @@ def _add_transfer(
     plan.src.append(src)
     plan.dst.append(dst)
     plan.nbytes.append(nbytes)
-    plan.duration.append(link.k * nbytes + link.b * count)
+    plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
+    plan.delay.append(link.latency)
     plan.route.append(route)
     plan.holds.append(holds)
     for buffer in holds:

@@ -84,7 +84,7 @@ class SimulationResult:
     Attributes
     ----------
     makespan : float
-        Seconds from the start of the step until its last op ends.
+        Seconds from the start of the step until its last op ends, plus ``step_overhead``.
     busy_time : numpy.ndarray
         Seconds each device of ``devices.all_devices`` spends running ops.
     peak_memory : numpy.ndarray
@@ -105,6 +105,9 @@ class SimulationResult:
         The first out-of-memory moment of each device that overflowed, in time order.
     schedule : Schedule or None
         What ran when, with ``record=True``.
+    step_overhead : float
+        Seconds of the makespan that are the framework's per-step work: ``devices.step_overhead``
+        per host that runs ops (the schedule's times do not include it).
     """
 
     makespan: float
@@ -118,3 +121,4 @@ class SimulationResult:
     placed_ccr: float
     oom: list[OomEvent]
     schedule: Schedule | None = None
+    step_overhead: float = 0.0
