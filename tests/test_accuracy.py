@@ -1,0 +1,70 @@
+"""Estimation accuracy (Table 5): per-op relative deviations of predicted against measured costs."""
+
+import math
+
+import pytest
+
+from tfplace.estimator.accuracy import compare_profiles, estimation_accuracy, memory_of
+from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet
+
+SMALL = (1, 2, 4)
+
+
+def small_profile(**extra):
+    """Two ops whose memory and time are exact lines in the batch size."""
+
+    def costs(b):
+        return {
+            "conv": OpCost(1e-3 * b + 1e-4, (1000 * b,), 100 * b, 64),
+            "add": OpCost(2e-6 * b, (10 * b,), 0, 0),
+        }
+
+    return ProfileSet(batch_sizes=SMALL, costs={b: costs(b) for b in SMALL}, **extra)
+
+
+def measured_at_8(conv_time, add_time=16e-6, add_bytes=80, **extra):
+    costs = {"conv": OpCost(conv_time, (8000,), 800, 64), "add": OpCost(add_time, (add_bytes,), 0, 0)}
+    return ProfileSet(batch_sizes=(8,), costs={8: costs}, step_times={8: 0.5}, **extra)
+
+
+def test_costs_that_follow_the_regression_have_no_deviation():
+    report = compare_profiles(small_profile(), measured_at_8(8.1e-3), 8)
+    assert report.memory.mean == pytest.approx(0.0, abs=1e-12)
+    assert report.time.mean == pytest.approx(0.0, abs=1e-9)
+    assert report.memory.exact == 1.0 and report.time.ops == 2
+    assert report.measured_step_seconds == 0.5
+
+
+def test_deviation_is_relative_to_the_measured_value():
+    # predicted 8.1 ms, measured 16.2 ms: |8.1 - 16.2| / 16.2 = 0.5; add is exact
+    report = compare_profiles(small_profile(), measured_at_8(16.2e-3), 8)
+    assert report.time.mean == pytest.approx(0.25)
+    assert report.time.median == pytest.approx(0.25)
+    assert report.time.within_20 == 0.5 and report.time.within_30 == 0.5
+    assert report.time_weighted_deviation == pytest.approx(8.1e-3 / (16.2e-3 + 16e-6))
+    assert report.worst[0][0] == "conv"
+
+
+def test_memory_deviation_counts_outputs_and_temporary_bytes():
+    assert memory_of(OpCost(1.0, (3, 4), 5, 1000)) == 12
+    report = compare_profiles(small_profile(), measured_at_8(8.1e-3, add_bytes=40), 8)
+    assert report.memory.mean == pytest.approx((80 - 40) / 40 / 2)
+
+
+def test_ops_measured_at_zero_or_only_estimated_are_left_out_and_counted():
+    report = compare_profiles(small_profile(), measured_at_8(8.1e-3, add_time=TIME_FLOOR, add_bytes=0), 8)
+    assert (report.time.ops, report.time.excluded_zero) == (1, 1)
+    assert (report.memory.ops, report.memory.excluded_zero) == (1, 1)
+    estimated = compare_profiles(small_profile(estimated_ops=("add",)), measured_at_8(8.1e-3), 8)
+    assert estimated.time.ops == 1 and estimated.estimated_ops == 1
+
+
+def test_no_comparable_op_gives_nan_not_an_error():
+    report = compare_profiles(small_profile(estimated_ops=("add", "conv")), measured_at_8(8.1e-3), 8)
+    assert report.time.ops == 0 and math.isnan(report.time.mean)
+
+
+@pytest.mark.parametrize("batches", [[1], [2, 8], [4, 16]])
+def test_accuracy_needs_two_profile_batches_below_the_target(batches):
+    with pytest.raises(ValueError, match="below the target 8"):
+        estimation_accuracy(None, None, None, profile_batch_sizes=batches, target_batch=8)

@@ -1,0 +1,263 @@
+"""Estimation accuracy of the Standard Evaluation (Celeritas section 6.5.1, Table 5, Figure 5).
+
+The Standard Evaluation profiles a training step at small batch sizes and predicts every op's costs
+at a larger one (:class:`~tfplace.estimator.regression.OpCostRegression`). Its accuracy is measured
+by profiling the larger batch size too and taking, per op, the relative deviation
+``|estimated - measured| / measured`` of
+
+- memory: output bytes plus temporary bytes (the paper: 1.54% on Inception V3),
+- compute time (the paper: 7.99% on Inception V3).
+
+:func:`compare_profiles` compares two profiles without TensorFlow; :func:`estimation_accuracy`
+profiles a graph (through the cache) and compares. Ops whose measured value is 0 (or, for time, the
+clamping floor :data:`~tfplace.estimator.profiler.TIME_FLOOR`) have no relative deviation: they are
+excluded and counted. So are ops whose costs are shape-based estimates in either profile (no trace
+reported them), and, for memory only, ops whose output sizes were partly estimated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, profile_graph
+from tfplace.estimator.regression import OpCostRegression
+
+__all__ = [
+    "AccuracyReport",
+    "DeviationSummary",
+    "compare_profiles",
+    "estimation_accuracy",
+    "memory_of",
+    "relative_deviations",
+    "summarize_deviations",
+]
+
+
+@dataclass(frozen=True)
+class DeviationSummary:
+    """Relative deviations of one quantity over the ops compared.
+
+    Attributes
+    ----------
+    mean, median : float
+        Of the per-op relative deviations (Table 5 reports the mean).
+    exact : float
+        Fraction of ops estimated exactly (Figure 5's CDF at 0%).
+    within_20, within_30 : float
+        Fractions of ops within 20% and within 30% (the paper's readings of Figure 5).
+    ops : int
+        Ops compared.
+    excluded_zero : int
+        Ops left out because their measured value is zero (or at the time floor).
+    """
+
+    mean: float
+    median: float
+    exact: float
+    within_20: float
+    within_30: float
+    ops: int
+    excluded_zero: int
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    """How well the costs predicted at ``target_batch`` match the costs measured there.
+
+    Attributes
+    ----------
+    profile_batch_sizes : tuple of int
+        The small batch sizes the regression was fitted on.
+    target_batch : int
+        The batch size predicted and measured.
+    step_ops : int
+        Ops of the measured step.
+    estimated_ops, estimated_outputs : int
+        Ops left out because all their costs (or some output sizes) were shape-based estimates.
+    memory, time : DeviationSummary
+        Per-op relative deviations of memory (outputs + temporary) and of compute time.
+    time_weighted_deviation : float
+        Summed absolute time error over summed measured time: the error a step-time estimate sees.
+    sum_predicted_time, sum_measured_time : float
+        Seconds summed over the ops compared.
+    measured_step_seconds : float
+        Median wall-clock seconds of a traced step at ``target_batch``.
+    time_fits : dict of str to int
+        How many ops each time model of the regression fits (``"line"``, ``"power"``).
+    worst : list of (str, str, float, float)
+        Ops with the largest absolute time error: (op, time model, predicted s, measured s).
+    profiling_seconds, measurement_seconds : float
+        Seconds the small-batch profile and the target-batch measurement took (as measured, also
+        when read back from the cache).
+    from_cache : bool
+        Both profiles were read from the cache.
+    """
+
+    profile_batch_sizes: tuple[int, ...]
+    target_batch: int
+    step_ops: int
+    estimated_ops: int
+    estimated_outputs: int
+    memory: DeviationSummary
+    time: DeviationSummary
+    time_weighted_deviation: float
+    sum_predicted_time: float
+    sum_measured_time: float
+    measured_step_seconds: float
+    time_fits: dict[str, int]
+    worst: list[tuple[str, str, float, float]]
+    profiling_seconds: float
+    measurement_seconds: float
+    from_cache: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable form."""
+        return asdict(self)
+
+
+def memory_of(cost: OpCost) -> int:
+    """The memory the deviation is taken on: output bytes plus temporary bytes."""
+    return sum(cost.output_sizes) + cost.temporary_bytes
+
+
+def relative_deviations(
+    predicted: Mapping[str, OpCost],
+    measured: Mapping[str, OpCost],
+    ops: Sequence[str],
+    value: Callable[[OpCost], float],
+    zero: float,
+) -> tuple[np.ndarray, int]:
+    """Relative deviations of ``value(cost)`` over ``ops`` and how many ops had a measured value
+    ``<= zero`` (and were left out)."""
+    estimated = np.array([value(predicted[op]) for op in ops], dtype=float)
+    actual = np.array([value(measured[op]) for op in ops], dtype=float)
+    kept = actual > zero
+    return np.abs(estimated[kept] - actual[kept]) / actual[kept], int((~kept).sum())
+
+
+def summarize_deviations(relative: np.ndarray, excluded_zero: int) -> DeviationSummary:
+    """Mean, median and the CDF readings of per-op relative deviations (NaN when there are none)."""
+    if relative.size == 0:
+        nan = float("nan")
+        return DeviationSummary(nan, nan, nan, nan, nan, 0, excluded_zero)
+    return DeviationSummary(
+        mean=float(relative.mean()),
+        median=float(np.median(relative)),
+        exact=float((relative < 1e-9).mean()),
+        within_20=float((relative <= 0.2).mean()),
+        within_30=float((relative <= 0.3).mean()),
+        ops=int(relative.size),
+        excluded_zero=excluded_zero,
+    )
+
+
+def compare_profiles(
+    small: ProfileSet, large: ProfileSet, target_batch: int, *, worst: int = 10
+) -> AccuracyReport:
+    """Fit the regression on ``small``, predict ``target_batch`` and compare with ``large``'s costs there.
+
+    Parameters
+    ----------
+    small : ProfileSet
+        At least two small batch sizes.
+    large : ProfileSet
+        Measured at ``target_batch`` (other batch sizes are ignored).
+    target_batch : int
+    worst : int
+        How many ops with the largest absolute time error to list.
+
+    Returns
+    -------
+    AccuracyReport
+    """
+    regression = OpCostRegression().fit(small)
+    predicted = regression.predict(target_batch)
+    measured = large.costs[target_batch]
+    estimated = set(small.estimated_ops) | set(large.estimated_ops)
+    partial = set(small.estimated_outputs) | set(large.estimated_outputs)
+    ops = sorted(op for op in measured if op not in estimated)
+    memory_ops = [op for op in ops if op not in partial]
+    memory, memory_zero = relative_deviations(predicted, measured, memory_ops, memory_of, 0)
+    times, time_zero = relative_deviations(predicted, measured, ops, lambda c: c.compute_time, TIME_FLOOR)
+    errors = {op: abs(predicted[op].compute_time - measured[op].compute_time) for op in ops}
+    measured_total = sum(measured[op].compute_time for op in ops)
+    fit_of = dict(zip(regression.ops_, regression.time_fit_))
+    largest = sorted(ops, key=lambda op: -errors[op])[:worst]
+    return AccuracyReport(
+        profile_batch_sizes=tuple(small.batch_sizes),
+        target_batch=target_batch,
+        step_ops=len(measured),
+        estimated_ops=len(estimated),
+        estimated_outputs=len(partial),
+        memory=summarize_deviations(memory, memory_zero),
+        time=summarize_deviations(times, time_zero),
+        time_weighted_deviation=sum(errors.values()) / measured_total if measured_total else float("nan"),
+        sum_predicted_time=sum(predicted[op].compute_time for op in ops),
+        sum_measured_time=measured_total,
+        measured_step_seconds=large.step_times.get(target_batch, float("nan")),
+        time_fits=dict(Counter(regression.time_fit_)),
+        worst=[(op, fit_of[op], predicted[op].compute_time, measured[op].compute_time) for op in largest],
+        profiling_seconds=small.profiling_seconds,
+        measurement_seconds=large.profiling_seconds,
+        from_cache=small.from_cache and large.from_cache,
+    )
+
+
+def estimation_accuracy(
+    graph: Any,
+    fetches: Any,
+    feed_fn: Callable[[int], Mapping[Any, Any]],
+    *,
+    profile_batch_sizes: Sequence[int] = (1, 2, 4),
+    target_batch: int = 8,
+    init_op: Any = None,
+    warmup_steps: int = 2,
+    traced_steps: int = 5,
+    cache_dir: str | os.PathLike[str] | None = None,
+    worst: int = 10,
+) -> AccuracyReport:
+    """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
+
+    The two profiles go through :func:`~tfplace.estimator.profiler.profile_graph` with the same
+    settings as :func:`tfplace.api.estimate_costs`, so with the same ``cache_dir`` the small-batch
+    profile of a placement is reused and only ``target_batch`` is measured.
+
+    Parameters
+    ----------
+    graph, fetches, feed_fn, init_op, warmup_steps, traced_steps, cache_dir
+        See :func:`~tfplace.estimator.profiler.profile_graph`.
+    profile_batch_sizes : sequence of int
+        At least two batch sizes, all smaller than ``target_batch``.
+    target_batch : int
+    worst : int
+        How many ops with the largest absolute time error to list.
+
+    Returns
+    -------
+    AccuracyReport
+    """
+    if len(set(profile_batch_sizes)) < 2 or max(profile_batch_sizes) >= target_batch:
+        raise ValueError(
+            f"need two or more profile batch sizes below the target {target_batch}, "
+            f"got {list(profile_batch_sizes)}"
+        )
+
+    def profile(batch_sizes: Sequence[int]) -> ProfileSet:
+        return profile_graph(
+            graph,
+            fetches,
+            feed_fn,
+            batch_sizes,
+            warmup_steps=warmup_steps,
+            traced_steps=traced_steps,
+            init_op=init_op,
+            cache_dir=cache_dir,
+        )
+
+    return compare_profiles(profile(profile_batch_sizes), profile([target_batch]), target_batch, worst=worst)
