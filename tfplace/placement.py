@@ -53,6 +53,9 @@ class Placement:
     cost_graph : CostGraph or None
         The costs the placement was made with (not saved by :meth:`save`; save it with
         :func:`tfplace.costgraph.save_json`).
+    details : dict
+        Placer-specific facts (:attr:`tfplace.placer.PlacerOutput.details`: Celeritas' cluster
+        count and CCR after fusion, ...); not saved by :meth:`save`.
     """
 
     assignment: dict[str, str]
@@ -65,6 +68,7 @@ class Placement:
     placement_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     cost_graph: CostGraph | None = field(default=None, repr=False, compare=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def device_fn(self, default: str = "") -> Callable[[Any], str]:
         """A device function for ``with tf.device(placement.device_fn()):`` while rebuilding a graph.

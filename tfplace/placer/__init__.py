@@ -84,6 +84,7 @@ def place_cost_graph(
         memory=used,
         placement_seconds=seconds,
         warnings=capacity_warnings(ledger),
+        details=output.details,
     )
     if simulate:
         from tfplace.simulator import simulate as run_simulation
