@@ -81,3 +81,30 @@ def test_cluster_device_names_follow_tensorflow_and_unknown_tasks_are_rejected()
         cluster.device(2)
     with pytest.raises(RuntimeError, match="not running"):
         _ = cluster.target
+
+
+def test_the_latency_is_the_intercept_of_time_against_tensors_sent_together():
+    from tfplace.estimator.calibration import latency_from_counts
+
+    seconds = [1.5e-4 + n * 7e-5 for n in (1, 4, 16)]
+    assert latency_from_counts((1, 4, 16), seconds, b=2.2e-4) == pytest.approx(1.5e-4)
+    assert latency_from_counts((1, 4, 16), seconds, b=1e-4) == pytest.approx(1e-4)  # never above b
+    assert latency_from_counts((1, 4), [3e-4, 12e-4], b=3e-4) == 0.0  # no overlap: all of b holds the link
+
+
+def test_the_step_overhead_is_the_time_per_host_of_steps_on_more_and_more_hosts():
+    from tfplace.estimator.calibration import overhead_per_host
+
+    assert overhead_per_host([3.5e-4, 7e-4, 10.5e-4]) == pytest.approx(3.5e-4)
+    assert overhead_per_host([2e-4]) == pytest.approx(2e-4)
+
+
+@pytest.mark.tensorflow
+def test_step_overheads_are_timed_for_one_then_more_devices_of_a_process():
+    import tensorflow as tf
+
+    from tfplace.estimator.calibration import time_step_overheads
+
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+    seconds = time_step_overheads(["/device:CPU:0", "/device:CPU:1"], config=config, repeats=3)
+    assert len(seconds) == 2 and all(0 < s < 1 for s in seconds)

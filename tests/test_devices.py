@@ -148,3 +148,12 @@ def test_a_saved_placement_keeps_link_latency_and_step_overhead(tmp_path):
     )
     Placement({"a": devices.names[0], "b": devices.names[1]}, devices).save(tmp_path / "p.json")
     assert Placement.load(tmp_path / "p.json").devices == devices
+
+
+def test_transfer_fit_weighs_relative_error_so_noise_on_a_large_transfer_does_not_hide_b():
+    sizes = [2**i for i in range(10, 27, 2)]
+    seconds = [4e-10 * s + 2e-4 for s in sizes]
+    seconds[-1] *= 1.15  # 64 MiB measured 15% slow
+    model = TransferModel.fit(sizes, seconds)
+    assert model.b == pytest.approx(2e-4, rel=0.1)
+    assert model.k == pytest.approx(4e-10, rel=0.2)

@@ -1,4 +1,4 @@
-"""Calibrate the transfer model ``t = k * bytes + b`` of one link by timing real transfers.
+"""Calibrate the transfer model ``t = k * bytes + b`` of one link, and a step's per-host overhead.
 
 Celeritas (section 4.2.1, after Pesto) takes the communication cost between two devices as a
 linear function of the bytes sent, with ``k`` and ``b`` fitted off-line. :func:`calibrate_transfer`
@@ -9,24 +9,53 @@ For each size, a variable of that many bytes lives on the source device, and a s
 takes one element of it on the destination device (a tensor the consumer reads, so it crosses the
 link; the graph's constant folding cannot remove it since a variable's value is unknown). The same
 step with the consumer on the source device is timed alternately with it, and the difference of
-the two medians is the transfer's time: session overhead and the read cancel out.
+the two medians is the transfer's time: session overhead and the read cancel out. Both steps also
+fetch a scalar computed on the destination device, so that both run on both devices: on a
+cluster, a step that involves a second worker costs about 0.35 ms more whatever it does (the
+master's call to that worker), and that cost is the step's, not the transfer's
+(:func:`calibrate_step_overhead` measures it; the simulator adds it once per host,
+:attr:`tfplace.devices.DeviceSet.step_overhead`).
+
+``b`` is a transfer's fixed cost when it is sent alone. Transfers sent together overlap part of it
+(gRPC's request round trip): :func:`time_concurrent_transfers` sends 1, 4, 16 small tensors at once,
+and the intercept of the time against the count is the link's ``latency``
+(:class:`~tfplace.transfer.TransferModel`), the part of ``b`` that does not hold the link.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from tfplace.progress import track
 from tfplace.transfer import TransferModel
 
-__all__ = ["DEFAULT_SIZES", "calibrate_transfer", "time_transfers"]
+__all__ = [
+    "DEFAULT_COUNTS",
+    "DEFAULT_SIZES",
+    "calibrate_step_overhead",
+    "calibrate_transfer",
+    "latency_from_counts",
+    "overhead_per_host",
+    "time_concurrent_transfers",
+    "time_step_overheads",
+    "time_transfers",
+]
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(2**p for p in range(10, 27, 2))
 """Bytes timed by default: 1 KiB to 64 MiB in powers of 4."""
+
+DEFAULT_COUNTS: tuple[int, ...] = (1, 4, 16)
+"""Small tensors sent at once to measure how much of ``b`` transfers overlap."""
+
+_CONCURRENT_BYTES = 1024
+"""Size of each tensor :func:`time_concurrent_transfers` sends."""
 
 
 def time_transfers(
@@ -41,20 +70,17 @@ def time_transfers(
     """Seconds one transfer of each of ``sizes`` bytes takes from ``src_device`` to ``dst_device``.
 
     Each value is the median of ``repeats`` timed steps that send the tensor minus the median of as
-    many steps doing the same work on ``src_device`` alone (at least 0). See
-    :func:`calibrate_transfer` for the parameters.
+    many steps doing the same work without sending it (at least 0); both kinds of step run on both
+    devices. See :func:`calibrate_transfer` for the parameters.
     """
     import tensorflow as tf
 
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
     bad = [size for size in sizes if size < 4]
     if bad:
         raise ValueError(f"transfer sizes must be at least 4 bytes (one float32), got {bad}")
-    container = f"tfplace_calibration_{uuid.uuid4().hex}"
-    graph = tf.Graph()
-    steps = []
-    with graph.as_default(), tf.compat.v1.container(container):
+
+    def build(anchor: Any) -> list[tuple[Any, Any]]:
+        steps = []
         for size in sizes:
             with tf.device(src_device):
                 variable = tf.compat.v1.Variable(tf.zeros([size // 4]), name=f"payload_{size}")
@@ -62,34 +88,114 @@ def time_transfers(
                 local = value[0]
             with tf.device(dst_device):
                 remote = value[0]
-            steps.append((local, remote))
+            steps.append(([local, anchor], [local, remote]))
+        return steps
+
+    label = f"calibrating {src_device} -> {dst_device}"
+    return _time_differences(src_device, dst_device, build, sizes, label, target, config, repeats)
+
+
+def time_concurrent_transfers(
+    src_device: str,
+    dst_device: str,
+    *,
+    target: str = "",
+    config: Any = None,
+    counts: Sequence[int] = DEFAULT_COUNTS,
+    repeats: int = 10,
+) -> list[float]:
+    """Seconds ``count`` tensors of 1 KiB sent at once take from ``src_device`` to ``dst_device``.
+
+    Like :func:`time_transfers`: the median of steps that send them minus the median of steps
+    doing the same work on ``src_device``, both steps running on both devices.
+    """
+    import tensorflow as tf
+
+    if not counts or min(counts) < 1:
+        raise ValueError(f"tensor counts must be positive, got {list(counts)}")
+
+    def build(anchor: Any) -> list[tuple[Any, Any]]:
+        steps = []
+        for count in counts:
+            with tf.device(src_device):
+                base = tf.compat.v1.Variable(tf.zeros([_CONCURRENT_BYTES // 4]), name=f"base_{count}")
+                tensors = [base.read_value() + float(i) for i in range(count)]
+                local = tf.add_n([tensor[0] for tensor in tensors])
+            with tf.device(dst_device):
+                remote = tf.add_n([tensor[0] for tensor in tensors])
+            steps.append(([local, anchor], [local, remote]))
+        return steps
+
+    label = f"calibrating concurrent transfers {src_device} -> {dst_device}"
+    return _time_differences(src_device, dst_device, build, counts, label, target, config, repeats)
+
+
+def _time_differences(
+    src_device: str,
+    dst_device: str,
+    build: Callable[[Any], list[tuple[Any, Any]]],
+    items: Sequence[int],
+    label: str,
+    target: str,
+    config: Any,
+    repeats: int,
+) -> list[float]:
+    """Per ``(same, crossing)`` pair of fetches that ``build(anchor)`` makes (one per item), the
+    median time of ``crossing`` minus that of ``same``, the two timed alternately.
+
+    ``anchor`` is a scalar computed on ``dst_device`` that the ``same`` fetches include, so that
+    both steps run on both devices. The variables live in a container of their own, reset on a
+    remote target afterwards.
+    """
+    import tensorflow as tf
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    container = f"tfplace_calibration_{uuid.uuid4().hex}"
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.container(container):
+        with tf.device(dst_device):
+            anchor = tf.compat.v1.Variable(tf.zeros([1]), name="anchor").read_value()[0]
+        steps = build(anchor)
         initializer = tf.compat.v1.global_variables_initializer()
     seconds = []
     try:
         with tf.compat.v1.Session(target, graph=graph, config=config) as session:
             session.run(initializer)
-            label = f"calibrating {src_device} -> {dst_device}"
-            for _, (local, remote) in track(zip(sizes, steps), label, detail=_bytes):
-                session.run([local, remote])  # warm up both paths
-                same, crossing = [], []
+            for _, (same, crossing) in track(zip(items, steps), label, detail=_item):
+                session.run([same, crossing])  # warm up both paths
+                same_times, crossing_times = [], []
                 for _ in range(repeats):
-                    same.append(_timed(session, local))
-                    crossing.append(_timed(session, remote))
-                seconds.append(max(statistics.median(crossing) - statistics.median(same), 0.0))
+                    same_times.append(_timed(session, same))
+                    crossing_times.append(_timed(session, crossing))
+                seconds.append(max(statistics.median(crossing_times) - statistics.median(same_times), 0.0))
     finally:
         if target:  # a remote server keeps the variables until their container is reset
             tf.compat.v1.Session.reset(target, [container])
     return seconds
 
 
-def _bytes(item: tuple[int, Any]) -> str:
-    return f"{item[0]:,} bytes"
+def _item(item: tuple[int, Any]) -> str:
+    return f"{item[0]:,}"
 
 
 def _timed(session: Any, fetch: Any) -> float:
     start = time.perf_counter()
     session.run(fetch)
     return time.perf_counter() - start
+
+
+def latency_from_counts(counts: Sequence[int], seconds: Sequence[float], b: float) -> float:
+    """The part of ``b`` that transfers sent together overlap: the intercept of the seconds ``count``
+    tensors take on the count (least squares), clipped to ``[0, b]``.
+
+    With ``t(n) = latency + n * spacing``, one tensor alone takes ``latency + spacing``; its fixed
+    cost ``b`` splits into the ``latency`` and the link's occupancy ``b - latency``.
+    """
+    if len(set(counts)) < 2:
+        raise ValueError(f"the latency needs at least two different counts, got {list(counts)}")
+    _, intercept = np.polyfit(np.asarray(counts, dtype=float), np.asarray(seconds, dtype=float), 1)
+    return float(min(max(intercept, 0.0), b))
 
 
 def calibrate_transfer(
@@ -100,6 +206,7 @@ def calibrate_transfer(
     config: Any = None,
     sizes: Sequence[int] | None = None,
     repeats: int = 10,
+    counts: Sequence[int] | None = DEFAULT_COUNTS,
 ) -> TransferModel:
     """Fit the transfer model of the link ``src_device -> dst_device`` to timed transfers.
 
@@ -117,15 +224,78 @@ def calibrate_transfer(
         Bytes per transfer; :data:`DEFAULT_SIZES` (2^10 .. 2^26) by default.
     repeats : int
         Timed steps per size and path.
+    counts : sequence of int or None
+        Numbers of small tensors sent at once to measure the link's ``latency``
+        (:func:`latency_from_counts`); ``None`` leaves it 0 (all of ``b`` holds the link).
 
     Returns
     -------
     TransferModel
-        ``k`` seconds per byte and ``b`` seconds per transfer, both >= 0, named
-        ``"<src> -> <dst>"``.
+        ``k`` seconds per byte, ``b`` seconds per transfer and the ``latency`` part of ``b``, all
+        >= 0, named ``"<src> -> <dst>"``.
     """
     chosen = tuple(sizes) if sizes is not None else DEFAULT_SIZES
     seconds = time_transfers(
         src_device, dst_device, target=target, config=config, sizes=chosen, repeats=repeats
     )
-    return TransferModel.fit(chosen, seconds, name=f"{src_device} -> {dst_device}")
+    fitted = TransferModel.fit(chosen, seconds, name=f"{src_device} -> {dst_device}")
+    if counts is None:
+        return fitted
+    together = time_concurrent_transfers(
+        src_device, dst_device, target=target, config=config, counts=counts, repeats=repeats
+    )
+    return dataclasses.replace(fitted, latency=latency_from_counts(counts, together, fitted.b))
+
+
+def time_step_overheads(
+    devices: Sequence[str], *, target: str = "", config: Any = None, repeats: int = 20
+) -> list[float]:
+    """Seconds of a step that reads one scalar on each of the first ``1, 2, ..., len(devices)``
+    devices (median of ``repeats``, the step sizes timed in turns): the framework's cost per step
+    as more devices take part."""
+    import tensorflow as tf
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    container = f"tfplace_calibration_{uuid.uuid4().hex}"
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.container(container):
+        scalars = []
+        for index, device in enumerate(devices):
+            with tf.device(device):
+                scalars.append(tf.compat.v1.Variable(tf.zeros([1]), name=f"scalar_{index}").read_value()[0])
+        initializer = tf.compat.v1.global_variables_initializer()
+    steps = [scalars[: used + 1] for used in range(len(devices))]
+    times: list[list[float]] = [[] for _ in steps]
+    try:
+        with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+            session.run(initializer)
+            session.run(steps)
+            for _ in range(repeats):
+                for step, seconds in zip(steps, times):
+                    seconds.append(_timed(session, step))
+    finally:
+        if target:
+            tf.compat.v1.Session.reset(target, [container])
+    return [statistics.median(seconds) for seconds in times]
+
+
+def overhead_per_host(seconds: Sequence[float]) -> float:
+    """Least-squares seconds per host, through the origin, of ``seconds[i]`` (a step on ``i + 1`` hosts)."""
+    hosts = np.arange(1, len(seconds) + 1, dtype=float)
+    return max(float(np.dot(hosts, seconds) / np.dot(hosts, hosts)), 0.0)
+
+
+def calibrate_step_overhead(
+    devices: Sequence[str], *, target: str = "", config: Any = None, repeats: int = 20
+) -> float:
+    """Seconds a training step costs per host taking part, beyond its ops and transfers.
+
+    Times steps that do next to nothing on 1, 2, ... of ``devices`` (give one device per host:
+    the workers of a cluster) and fits :func:`overhead_per_host`: the value of
+    :attr:`tfplace.devices.DeviceSet.step_overhead` (Celeritas section 6.3 times whole steps, and
+    a session's per-step work is part of them).
+    """
+    if not devices:
+        raise ValueError("calibrating the step overhead needs at least one device")
+    return overhead_per_host(time_step_overheads(devices, target=target, config=config, repeats=repeats))
