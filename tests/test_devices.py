@@ -157,3 +157,10 @@ def test_transfer_fit_weighs_relative_error_so_noise_on_a_large_transfer_does_no
     model = TransferModel.fit(sizes, seconds)
     assert model.b == pytest.approx(2e-4, rel=0.1)
     assert model.k == pytest.approx(4e-10, rel=0.2)
+
+
+def test_transfer_fit_is_not_pinned_to_zero_by_a_small_transfer_measured_as_zero():
+    sizes = [2**i for i in range(10, 27, 2)]
+    seconds = [4e-10 * s + 2e-4 for s in sizes]
+    seconds[0] = 0.0  # a noisy difference of two medians
+    assert TransferModel.fit(sizes, seconds).b > 1e-4  # more than half the true 200 us

@@ -15,7 +15,10 @@ import numpy as np
 __all__ = ["PRESETS", "TransferModel"]
 
 _FIT_FLOOR = 1e-6
-"""Seconds below which a measured transfer time weighs like 1 us in :meth:`TransferModel.fit`."""
+"""Seconds below which a fitted transfer time weighs like 1 us in :meth:`TransferModel.fit`."""
+
+_FIT_ROUNDS = 4
+"""Reweighted fits :meth:`TransferModel.fit` makes (the weights settle in two or three)."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +73,20 @@ class TransferModel:
     def fit(cls, sizes: Sequence[float], seconds: Sequence[float], name: str = "fitted") -> TransferModel:
         """Fit ``k`` and ``b`` to measured transfer times by least squares on relative residuals.
 
-        Each time is weighted by its inverse (times below 1 us as 1 us), so a few percent of noise
-        on a 64 MiB transfer does not outweigh the small transfers that fix ``b``; most tensors of
-        a training graph are small. A negative intercept is noise: the fit then goes through
-        the origin. ``k`` is clipped at 0.
+        Each residual is divided by the fitted time (iteratively reweighted, from a plain fit), so
+        a few percent of noise on a 64 MiB transfer does not outweigh the small transfers that fix
+        ``b`` (most tensors of a training graph are small), and a small transfer measured as 0 by
+        a noisy difference does not pin ``b`` to 0. A negative intercept is noise: the fit then
+        goes through the origin. ``k`` is clipped at 0.
         """
         x = np.asarray(sizes, dtype=float)
         y = np.asarray(seconds, dtype=float)
         if x.size < 2 or np.ptp(x) == 0:
             raise ValueError("fitting a transfer model needs at least two different sizes")
-        weight = 1.0 / np.maximum(y, _FIT_FLOOR)
-        k, b = np.polyfit(x, y, 1, w=weight)
+        weight = np.ones_like(y)
+        for _ in range(_FIT_ROUNDS):
+            k, b = np.polyfit(x, y, 1, w=weight)
+            weight = 1.0 / np.maximum(k * x + b, _FIT_FLOOR)
         if b < 0:
             squared = weight * weight * x
             k, b = float(np.dot(squared, y) / np.dot(squared, x)), 0.0
