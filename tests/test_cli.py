@@ -1,0 +1,361 @@
+"""The ``tfplace`` command as a user runs it on a saved graph, called in-process (``cli.execute``)."""
+
+import json
+import logging as std_logging
+import subprocess
+import sys
+
+import pytest
+from absl import logging
+from conftest import TEST_DATA
+
+import tfplace
+from tfplace import cli
+from tfplace.costgraph import load_json, op_memory
+from tfplace.placement import Placement
+
+CNN = str(TEST_DATA / "cnn.meta")
+QUICK_PROFILE = ("--profile_batch_sizes=1,2", "--warmup_steps=0", "--traced_steps=2")
+
+
+def tfplace_command(*args):
+    """Exit status of ``tfplace ARGS`` run in this process."""
+    return cli.execute(["tfplace", *map(str, args)])
+
+
+def error_line(capsys):
+    """The one line a failed command printed on standard error."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "Traceback" not in lines[0]
+    return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def verbosity_restored():
+    before = logging.get_verbosity()
+    yield
+    logging.set_verbosity(before)
+
+
+# --------------------------------------------------------------------------------------------------
+# the command line
+
+
+def test_help_names_every_command_and_each_command_lists_only_its_flags(capsys):
+    assert tfplace_command("--help") == 0
+    overview = capsys.readouterr().out
+    for command in ("profile", "place", "simulate", "run"):
+        assert f"\n  {command} " in overview
+
+    assert tfplace_command("place", "--help") == 0
+    place = capsys.readouterr().out
+    assert "--devices (required)" in place and "--memory (required)" in place
+    assert "--placement_out" in place and "--tensorboard_dir" in place and "--timeline_png" in place
+    assert "--steps" not in place
+
+    assert tfplace_command("help", "simulate") == 0
+    assert "--priority (default: fifo)" in capsys.readouterr().out
+
+
+def test_version_is_the_packages(capsys):
+    assert tfplace_command("--version") == 0
+    assert capsys.readouterr().out.strip() == f"tfplace {tfplace.__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "tfplace: error: give a command: profile, place, simulate, run"),
+        (("plcae",), "did you mean 'place'?"),
+        (
+            ("simulate", "--cost_graph=c.json", "--placement=p.json", "--placer=m_etf"),
+            "--placer is not a flag of tfplace simulate",
+        ),
+        (("place", f"--graph={CNN}"), "tfplace place: error: tfplace place needs --devices and --memory"),
+        (("place", "--devices=/device:CPU:0", "--memory=1GB", "--batch_size=0"), "--batch_size=0"),
+        (("profile", "--graph=g.meta", "--nonsense=1"), "nonsense"),
+        (
+            ("place", "--devices=/device:CPU:0", "--memory=1GB"),
+            "give --graph (profiled here) or --cost_graph",
+        ),
+        (
+            ("place", f"--graph={CNN}", "--devices=/device:CPU:0", "--memory=1GB", "--out=placed.txt"),
+            "a placed graph is written as .pb or .pbtxt or .meta",
+        ),
+    ],
+)
+def test_a_misused_command_line_is_one_line_and_exit_status_2(capsys, args, message):
+    assert tfplace_command(*args) == 2
+    assert message in error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--graph=missing.meta", "--devices=/device:CPU:0-1", "--memory=1GB"),
+            "--graph missing.meta: no such file",
+        ),
+        (
+            ("--graph", CNN, "--devices=/device:GPU:x", "--memory=1GB"),
+            "malformed device name '/device:GPU:x'",
+        ),
+        (("--graph", CNN, "--devices=/device:GPU:0-1", "--memory=lots"), "cannot read memory size 'lots'"),
+        (("--cost_graph", CNN, "--devices=/device:GPU:0-1", "--memory=1GB"), "not valid JSON"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_1_before_any_tensorflow_work(capsys, args, message):
+    assert tfplace_command("place", "--batch_size=8", *args) == 1
+    line = error_line(capsys)
+    assert line.startswith("tfplace place: error: ")
+    assert message in line
+
+
+# --------------------------------------------------------------------------------------------------
+# profile, place, simulate, run on the cnn test graph
+
+
+@pytest.fixture(scope="module")
+def cnn_costs(tmp_path_factory):
+    """``tfplace profile`` of the cnn test graph at batch 64: the cost graph's path."""
+    folder = tmp_path_factory.mktemp("costs")
+    path = folder / "cnn.json.gz"
+    assert (
+        tfplace_command(
+            "profile",
+            "--graph",
+            CNN,
+            "--batch_size=64",
+            *QUICK_PROFILE,
+            f"--cache_dir={folder}",
+            f"--out={path}",
+        )
+        == 0
+    )
+    return path
+
+
+def memory_share(cost_graph_path, share):
+    """``--memory`` of ``share`` of the step's memory if nothing were freed."""
+    graph = load_json(cost_graph_path)
+    return f"--memory={int(sum(op_memory(attrs) for _, attrs in graph.nodes(data=True)) * share)}B"
+
+
+@pytest.mark.tensorflow
+def test_profile_writes_the_cost_graph_of_the_step_and_logs_progress_per_traced_step(
+    tmp_path, capsys, caplog
+):
+    logging.set_verbosity(logging.INFO)
+    caplog.set_level(std_logging.INFO)
+    out = tmp_path / "cnn.json"
+
+    status = tfplace_command(
+        "profile",
+        "--graph",
+        CNN,
+        "--fetch=train_op",
+        "--batch_size=64",
+        *QUICK_PROFILE,
+        f"--cache_dir={tmp_path}",
+        f"--out={out}",
+    )
+
+    assert status == 0
+    cost_graph = load_json(out)
+    assert cost_graph.graph["name"] == "cnn" and cost_graph.graph["batch_size"] == 64
+    assert "train_op" in cost_graph and all(
+        attrs["compute_time"] > 0 for _, attrs in cost_graph.nodes(data=True)
+    )
+    assert "the 10 ops taking the most time" in capsys.readouterr().out
+    logged = [r.getMessage() for r in caplog.records if r.name == "absl"]
+    assert "profiling traced steps: 4/4 (batch 2, step 2/2)" in logged
+    assert any(m.startswith("profiling warm-up: 2/2 done in") for m in logged)
+
+
+@pytest.mark.tensorflow
+def test_place_writes_a_graph_whose_ops_carry_the_placement_devices(cnn_costs, tmp_path, capsys):
+    import tensorflow as tf
+
+    from tfplace.tf_graph.importer import load_graph
+
+    status = tfplace_command(
+        "place",
+        "--graph", CNN,
+        "--cost_graph", cnn_costs,
+        "--devices=/device:CPU:0-2",
+        memory_share(cnn_costs, 1 / 3),  # no single device holds the step
+        f"--out={tmp_path / 'placed.pb'}",
+        f"--placement_out={tmp_path / 'placement.json'}",
+        f"--tensorboard_dir={tmp_path / 'tb'}",
+    )  # fmt: skip
+
+    assert status == 0
+    placement = Placement.load(tmp_path / "placement.json")
+    placed = load_graph(tmp_path / "placed.pb")
+    assert {op.name: op.device for op in placed.get_operations()} == placement.assignment
+    assert len(set(placement.assignment.values())) > 1
+    table = capsys.readouterr().out
+    for device in ("/device:CPU:0", "/device:CPU:1", "/device:CPU:2"):
+        assert device in table
+    assert "estimated step time:" in table
+    (event_file,) = (tmp_path / "tb").iterdir()
+    graph_defs = [e.graph_def for e in tf.compat.v1.train.summary_iterator(str(event_file)) if e.graph_def]
+    written = tf.compat.v1.GraphDef.FromString(graph_defs[0])
+    assert {node.name: node.device for node in written.node} == placement.assignment
+
+
+@pytest.mark.tensorflow
+def test_place_profiles_a_saved_graph_itself_and_draws_the_simulated_step(tmp_path, capsys):
+    status = tfplace_command(
+        "place",
+        "--graph", CNN,
+        "--batch_size=32", *QUICK_PROFILE, f"--cache_dir={tmp_path}",
+        "--devices=/device:CPU:0-1", "--memory=1GB", "--placer=m_etf",
+        f"--cost_graph_out={tmp_path / 'costs.json'}",
+        f"--trace={tmp_path / 'step.json'}",
+        f"--timeline_png={tmp_path / 'step.png'}",
+    )  # fmt: skip
+
+    assert status == 0
+    assert load_json(tmp_path / "costs.json").graph["batch_size"] == 32
+    trace = json.loads((tmp_path / "step.json").read_text())
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} >= {
+        "/device:CPU:0"
+    }
+    assert (tmp_path / "step.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert f"wrote timeline of the simulated step: {tmp_path / 'step.png'}" in out
+
+
+@pytest.mark.tensorflow
+def test_simulate_scores_a_placement_and_names_the_devices_that_run_out_of_memory(
+    cnn_costs, tmp_path, capsys
+):
+    from tfplace.simulator import simulate
+
+    tight = memory_share(cnn_costs, 1 / 10)
+    args = ("--graph", CNN, "--cost_graph", cnn_costs, "--devices=/device:CPU:0-1", tight, "--placer=single")
+    assert tfplace_command("place", *args, f"--placement_out={tmp_path / 'single.json'}") == 0
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "simulate",
+        "--cost_graph",
+        cnn_costs,
+        "--placement",
+        tmp_path / "single.json",
+        f"--trace={tmp_path / 'sim.json'}",
+    )
+
+    assert status == 0
+    out = capsys.readouterr().out
+    placement = Placement.load(tmp_path / "single.json")
+    cost_graph = load_json(cnn_costs)
+    expected = simulate(cost_graph, {op: placement.assignment[op] for op in cost_graph}, placement.devices)
+    assert expected.oom and expected.oom[0].device == "/device:CPU:0"
+    assert f"out of memory: {expected.oom[0]}" in out
+    assert tfplace.units.format_seconds(expected.makespan) in out
+    assert (
+        json.loads((tmp_path / "sim.json").read_text())["otherData"]["makespan_seconds"] == expected.makespan
+    )
+
+
+@pytest.mark.tensorflow
+def test_simulate_refuses_a_placement_of_another_graph(cnn_costs, tmp_path, capsys):
+    devices = tfplace.DeviceSet.parse("/device:CPU:0", "1GB")
+    Placement({"some_other_op": "/device:CPU:0"}, devices).save(tmp_path / "other.json")
+
+    assert tfplace_command("simulate", "--cost_graph", cnn_costs, "--placement", tmp_path / "other.json") == 1
+    assert "the placement has no device for 220 ops of the cost graph" in error_line(capsys)
+
+
+@pytest.mark.tensorflow
+def test_an_unknown_fetch_is_one_line_naming_the_closest_op(capsys, tmp_path):
+    status = tfplace_command(
+        "profile", "--graph", CNN, "--fetch=trian_op", "--batch_size=8", f"--out={tmp_path / 'c.json'}"
+    )
+
+    assert status == 1
+    assert (
+        "--fetch trian_op: the graph has no op or tensor of that name; did you mean 'train_op'?"
+        in error_line(capsys)
+    )
+
+
+def test_python_m_tfplace_runs_the_absl_app_with_one_line_errors(tmp_path):
+    version = subprocess.run(
+        [sys.executable, "-m", "tfplace", "--version"], capture_output=True, text=True, check=False
+    )
+    missing = subprocess.run(
+        [sys.executable, "-m", "tfplace", "simulate", "--cost_graph=none.json", "--placement=none.json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+
+    assert (version.returncode, version.stdout.strip()) == (0, f"tfplace {tfplace.__version__}")
+    assert missing.returncode == 1
+    assert (
+        missing.stderr.strip().splitlines()[-1]
+        == "tfplace simulate: error: --cost_graph none.json: no such file"
+    )
+
+
+@pytest.mark.tensorflow
+def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_device(
+    cnn_costs, tmp_path, capsys
+):
+    placement_path = tmp_path / "placement.json"
+    placed = (
+        "--graph",
+        CNN,
+        "--cost_graph",
+        cnn_costs,
+        "--devices=/device:CPU:0-2",
+        memory_share(cnn_costs, 1 / 3),
+    )
+    assert tfplace_command("place", *placed, f"--placement_out={placement_path}") == 0
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", placement_path, "--cost_graph", cnn_costs,
+        "--batch_size=64", "--steps=2", "--warmup_steps=1", f"--trace={tmp_path / 'real.json'}",
+    )  # fmt: skip
+
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "every op ran on the device the placement gave it" in out
+    assert "estimated" in out and "at batch 64" in out
+    timed = next(line for line in out.splitlines() if line.startswith("timed "))
+    assert timed.split()[1] == "2"
+    real = json.loads((tmp_path / "real.json").read_text())
+    devices = {e["args"]["name"] for e in real["traceEvents"] if e.get("name") == "process_name"}
+    assert any("/device:CPU:2" in name for name in devices)
+    assert (tmp_path / "real.simulated.json").exists()
+
+
+@pytest.mark.tensorflow
+def test_run_refuses_a_gpu_placement_on_a_machine_without_gpus(tmp_path, capsys):
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    devices = tfplace.DeviceSet.parse("/device:GPU:0", "1GB")
+    Placement({"train_op": "/device:GPU:0"}, devices).save(tmp_path / "gpu.json")
+
+    assert tfplace_command("run", "--graph", CNN, "--placement", tmp_path / "gpu.json", "--batch_size=8") == 1
+    assert "the placement uses GPU devices but this machine has none" in error_line(capsys)
+
+
+def test_the_cli_reference_describes_every_flag_of_every_command():
+    reference = (TEST_DATA.parents[1] / "docs" / "cli.md").read_text()
+    for name, command in cli.COMMANDS.items():
+        section = reference.split(f"## `tfplace {name}`\n")[1].split("\n## ")[0]
+        undocumented = [
+            holder.name
+            for holder in command.holders
+            if f"| `--{holder.name}" not in section and f"| `--[no]{holder.name}" not in section
+        ]
+        assert undocumented == [], f"tfplace {name}"
