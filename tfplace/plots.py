@@ -43,7 +43,7 @@ _OP_COLORS = [
     "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a",
 ]  # fmt: skip
 _DEVICE_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
-_CAPACITY_IN_RANGE = 1.5  # a capacity up to this many times the largest peak is drawn as a line
+_CAPACITY_IN_RANGE = 4.0  # a capacity up to this many times the largest peak is drawn as a line
 
 
 def plot_timeline(
@@ -101,11 +101,12 @@ def timeline_figure(
     labels = _labels(devices)
     scale, unit = seconds_unit(result.makespan)
 
-    rows = len(shown)
-    figure = Figure(figsize=(13, 2.2 + 0.75 * rows + 3.2), layout="constrained")
-    FigureCanvasAgg(figure)
-    timeline, memory = figure.subplots(2, 1, sharex=True, height_ratios=[0.2 + 0.75 * rows, 3.0])
     colors = _op_colors(schedule, op_types)
+    legend_rows = len(colors) + 1 + len(shown)  # op types, other types, receivers (at most)
+    timeline_height = max(0.2 + 0.75 * len(shown), 0.19 * legend_rows)  # inches: rows, or the legend
+    figure = Figure(figsize=(13, 1.6 + timeline_height + 3.2), layout="constrained")
+    FigureCanvasAgg(figure)
+    timeline, memory = figure.subplots(2, 1, sharex=True, height_ratios=[timeline_height, 3.2])
     legend = _draw_timeline(timeline, schedule, shown, labels, colors, op_types, scale)
     _draw_memory(memory, result, devices, shown, labels, scale)
     memory.set_xlabel(f"time since the start of the step [{unit}]")
