@@ -67,7 +67,19 @@ def test_summary_shows_per_device_ops_capacity_memory_busy_share_and_the_step_ti
     lines = placement.summary().splitlines()
 
     assert lines[0].split() == ["device", "ops", "capacity", "estimate", "sim.", "peak", "busy"]
-    assert lines[2].split() == ["/device:GPU:0", "2", "32", "GB", "8", "GB", "(25%)", "4", "GB", "(12%)", "50%"]
+    assert lines[2].split() == [
+        "/device:GPU:0",
+        "2",
+        "32",
+        "GB",
+        "8",
+        "GB",
+        "(25%)",
+        "4",
+        "GB",
+        "(12%)",
+        "50%",
+    ]
     assert lines[3].split() == ["/device:GPU:1", "1", "32", "GB", "16", "GB", "(50%)", "-", "-"]
     assert "estimated step time: 12.3 ms (simulated)" in lines[4]
     assert lines[5] == "warning: GPU:1 is overcommitted"
