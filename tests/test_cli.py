@@ -359,3 +359,13 @@ def test_the_cli_reference_describes_every_flag_of_every_command():
             if f"| `--{holder.name}" not in section and f"| `--[no]{holder.name}" not in section
         ]
         assert undocumented == [], f"tfplace {name}"
+
+
+def test_without_tensorflow_a_command_that_needs_it_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # import tensorflow fails as when not installed
+
+    assert tfplace_command("profile", "--graph", CNN, "--batch_size=8", f"--out={tmp_path / 'c.json'}") == 1
+    assert (
+        error_line(capsys)
+        == "tfplace profile: error: this needs TensorFlow: pip install 'tfplace[cpu]' (or 'tfplace[gpu]')"
+    )

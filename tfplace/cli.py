@@ -435,6 +435,11 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as error:
         _print_error(command, str(error))
         return 2
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "tensorflow":
+            raise
+        _print_error(command, "this needs TensorFlow: pip install 'tfplace[cpu]' (or 'tfplace[gpu]')")
+        return 1
     except _input_errors() as error:
         logging.debug("tfplace %s failed", command, exc_info=True)
         _print_error(command, _one_line(error))
