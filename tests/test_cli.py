@@ -72,7 +72,10 @@ def test_version_is_the_packages(capsys):
             ("simulate", "--cost_graph=c.json", "--placement=p.json", "--placer=m_etf"),
             "--placer is not a flag of tfplace simulate",
         ),
-        (("place", f"--graph={CNN}"), "tfplace place: error: tfplace place needs --devices and --memory"),
+        (
+            ("place", f"--graph={CNN}"),
+            "tfplace place: error: give --devices and --memory (tfplace place --help",
+        ),
         (("place", "--devices=/device:CPU:0", "--memory=1GB", "--batch_size=0"), "--batch_size=0"),
         (("profile", "--graph=g.meta", "--nonsense=1"), "nonsense"),
         (

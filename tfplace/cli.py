@@ -332,7 +332,7 @@ def parse(argv: Sequence[str]) -> list[str]:
         raise UsageError(f"--{stray[0]} is not a flag of tfplace {name}", name)
     missing = [holder.name for holder in command.required if holder.value in (None, [])]
     if missing:
-        raise UsageError(f"tfplace {name} needs --{' and --'.join(missing)}", name)
+        raise UsageError(f"give --{' and --'.join(missing)} (tfplace {name} --help lists the flags)", name)
     return [program, name]
 
 
