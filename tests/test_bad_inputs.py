@@ -302,15 +302,29 @@ def test_a_corrupted_meta_graph_file_is_refused_naming_the_file(tmp_path):
 @pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("fetches", "message"),
-    [("train_op", r"no op 'train_op' to fetch \(the graph is empty\)"), ([], "at least one fetch")],
+    [
+        ("train_op", r"no op 'train_op' to fetch \(the graph is empty\)"),
+        ([], "the graph is empty"),
+        (None, "the graph is empty"),
+    ],
 )
-def test_placing_an_empty_tf_graph_is_refused_before_any_profiling(fetches, message):
+def test_placing_an_empty_tf_graph_is_refused_saying_it_is_empty(fetches, message):
     import tensorflow as tf
 
     from tfplace import place
 
     with pytest.raises(ValueError, match=message):
         place(tf.Graph(), fetches, dense_feeds, "/device:GPU:0-1", memory="1GB", batch_size=4, cache_dir=None)
+
+
+@pytest.mark.tensorflow
+@pytest.mark.parametrize(("fetches", "message"), [(None, "cannot fetch None"), ([], "at least one fetch")])
+def test_placing_without_a_fetch_is_refused_naming_what_was_given(fetches, message):
+    from tfplace import place
+
+    graph, _ = dense_training_graph()
+    with pytest.raises(ValueError, match=message):
+        place(graph, fetches, dense_feeds, "/device:GPU:0-1", memory="1GB", batch_size=4, cache_dir=None)
 
 
 @pytest.mark.tensorflow

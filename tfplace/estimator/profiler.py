@@ -215,11 +215,15 @@ def _tensor_name(key: Any) -> str:
 
 
 def _fetch_elements(graph: Any, fetches: Any) -> list[Any]:
+    if not graph.get_operations():
+        raise ValueError("the graph is empty: it has no op to fetch or profile")
     items = list(fetches) if isinstance(fetches, (list, tuple)) else [fetches]
     if not items:
         raise ValueError("profile_graph needs at least one fetch")
     elements = []
     for item in items:
+        if not isinstance(item if isinstance(item, str) else getattr(item, "name", None), str):
+            raise ValueError(f"cannot fetch {item!r}: give ops, tensors or their names")
         try:
             elements.append(graph.as_graph_element(_element_name(item)))
         except (KeyError, ValueError) as error:
