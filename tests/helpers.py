@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -51,6 +52,20 @@ def graph_from_edges(
     for src, dst, nbytes in edges:
         graph.add_dependency(src, dst, slots=(0,) if nbytes else (), nbytes=nbytes, control=not nbytes)
     return graph
+
+
+_OVERCOMMIT = re.compile(r"(\S+) is overcommitted by ([\d,]+) bytes \(([\d,]+) placed on ([\d,]+)\)")
+
+
+def reported_overcommits(warnings: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+    """``{device: (shortfall, bytes placed, memory)}`` from a placement's overcommit warnings."""
+    reported = {}
+    for warning in warnings:
+        match = _OVERCOMMIT.fullmatch(warning)
+        if match:
+            shortfall, used, memory = (int(match.group(i).replace(",", "")) for i in (2, 3, 4))
+            reported[match.group(1)] = (shortfall, used, memory)
+    return reported
 
 
 def variable_values(graph):

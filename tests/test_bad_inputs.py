@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 
+from helpers import reported_overcommits
 from tfplace.costgraph import CostGraph, CostGraphError, load_json, save_json
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placer import PLACERS, place_cost_graph, placer_function
@@ -102,15 +102,11 @@ def test_too_little_total_memory_places_every_op_and_warns_with_each_overcommitt
 
     assert set(placement.assignment) == set(graph.nodes)
     assert placement.warnings[0].startswith("the graph needs at least")
-    reported = {}
-    for warning in placement.warnings:
-        match = re.fullmatch(
-            r"(\S+) is overcommitted by ([\d,]+) bytes \(([\d,]+) placed on ([\d,]+)\)", warning
-        )
-        if match:
-            reported[match.group(1)] = [int(match.group(i).replace(",", "")) for i in (2, 3, 4)]
     over = {name: used for name, used in placement.memory.items() if used > 2_000_000}
-    assert over and reported == {name: [used - 2_000_000, used, 2_000_000] for name, used in over.items()}
+    assert over
+    assert reported_overcommits(placement.warnings) == {
+        name: (used - 2_000_000, used, 2_000_000) for name, used in over.items()
+    }
 
 
 # -- device names --------------------------------------------------------------------------------
