@@ -1,0 +1,108 @@
+"""Nothing is lost by placing: a model split over virtual CPUs by ``tfplace.place`` trains exactly as
+on one device, and placing changes the user's graph in its devices only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import variable_values
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
+
+STEPS = 20
+DEVICES = 4
+RUN_BATCH = 4
+
+#: Small variants of two benchmark models: convolutions only, and attention with embeddings and Adam.
+MODELS = {
+    "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
+    "transformer": {
+        "layers": 2,
+        "heads": 2,
+        "d_model": 8,
+        "d_ff": 16,
+        "source_length": 5,
+        "target_length": 4,
+        "vocab_size": 13,
+        "dropout": 0.0,
+    },
+}
+
+
+def without_devices(graph_def: Any) -> Any:
+    """A copy of ``graph_def`` with every device field cleared (its function library's too)."""
+    copy = type(graph_def)()
+    copy.CopyFrom(graph_def)
+    for node in copy.node:
+        node.ClearField("device")
+    for function in copy.library.function:
+        for node in function.node_def:
+            node.ClearField("device")
+    return copy
+
+
+def static_bytes(cost_graph: Any) -> int:
+    return sum(
+        attrs["persistent_bytes"] + sum(attrs["output_sizes"]) + attrs["temporary_bytes"]
+        for _, attrs in cost_graph.nodes(data=True)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_and_keeps_its_graph(
+    name, tmp_path
+):
+    from models import build_model
+    from tfplace import estimate_costs, place
+    from tfplace.devices import DeviceSet
+    from tfplace.tf_graph import device_mismatches, run_steps, virtual_cpu_config
+
+    spec = build_model(name, **MODELS[name])
+    graph = spec.graph
+    options = dict(
+        profile_batch_sizes=[1, 2], cache_dir=tmp_path, warmup_steps=1, traced_steps=2, init_op=spec.init_op
+    )
+    untouched = graph.as_graph_def()
+    needed = static_bytes(estimate_costs(graph, spec.train_op, spec.feed_fn, 8, **options).cost_graph)
+    devices = DeviceSet.parse(f"/device:CPU:0-{DEVICES - 1}", needed * 2 // (DEVICES + 1))
+    placement = place(graph, spec.train_op, spec.feed_fn, devices, batch_size=8, **options)
+
+    assert graph.as_graph_def() == untouched  # placing reads the graph, applying writes devices
+    used = {placement.assignment[op] for op in placement.cost_graph}
+    assert len(used) >= 3, "the memory budget should split the step over three devices or more"
+
+    fetches = {"loss": spec.loss, "train": spec.train_op}
+    weights = variable_values(graph)
+    feeds = spec.feed_fn(RUN_BATCH)
+    single = run_steps(
+        graph,
+        fetches,
+        lambda: feeds,
+        STEPS,
+        virtual_cpu_config(1),
+        init_op=spec.init_op,
+        final_fetches=weights,
+    )
+    placement.apply(graph)
+    assert without_devices(graph.as_graph_def()) == without_devices(untouched)
+    assert all(op.device for op in graph.get_operations())
+    placed = run_steps(
+        graph,
+        fetches,
+        lambda: feeds,
+        STEPS,
+        virtual_cpu_config(DEVICES),
+        trace_steps=1,
+        init_op=spec.init_op,
+        final_fetches=weights,
+    )
+
+    assert device_mismatches(placed.run_metadata[0], placement) == []
+    losses = [step["loss"] for step in placed.values]
+    np.testing.assert_allclose(losses, [step["loss"] for step in single.values], rtol=1e-5)
+    assert losses[-1] < losses[0]
+    for after_placed, after_single in zip(placed.final_values, single.final_values, strict=True):
+        np.testing.assert_allclose(after_placed, after_single, rtol=1e-5, atol=1e-7)
