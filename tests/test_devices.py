@@ -124,12 +124,12 @@ def test_the_typical_link_is_the_one_most_device_pairs_use():
     assert DeviceSet.parse("/device:GPU:0-3", "1GB", **links).typical_link is intra
 
 
-def test_a_link_latency_is_part_of_b_and_is_kept_when_saved():
-    link = TransferModel(k=1e-9, b=2e-4, name="grpc", latency=1.5e-4)
+def test_a_link_latency_and_device_copies_are_kept_when_saved():
+    link = TransferModel(k=1e-9, b=2e-4, name="grpc", latency=1.5e-4, device_copies=True)
     assert link.time(1000) == pytest.approx(1e-6 + 2e-4)
     assert link.occupancy(1000) == pytest.approx(1e-6 + 0.5e-4)
     assert TransferModel.from_dict(link.to_dict()) == link
-    assert "latency" not in TransferModel(k=1e-9, b=2e-4).to_dict()
+    assert TransferModel(k=1e-9, b=2e-4).to_dict() == {"k": 1e-9, "b": 2e-4, "name": "custom"}
     with pytest.raises(ValueError, match="latency <= b"):
         TransferModel(k=1e-9, b=1e-4, latency=2e-4)
 

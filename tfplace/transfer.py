@@ -39,12 +39,20 @@ class TransferModel:
         overlap. A transfer holds the link for :meth:`occupancy` and its tensor arrives
         ``latency`` later. gRPC between TensorFlow workers has such a latency: on loopback,
         16 small tensors sent at once take far less than 16 times one tensor's ``b``.
+    device_copies : bool
+        ``True`` when the devices' own processors copy the bytes, as between TensorFlow processes
+        on CPUs (gRPC serializes on the sender and deserializes on the receiver: on loopback each
+        byte sent cost about 0.6 ns of CPU here, split between the two processes). A transfer
+        then runs as a task on the sender and one on the receiver (Celeritas section 6.1 adds
+        such tasks), each holding its device for :meth:`occupancy`, instead of on link channels.
+        ``False`` (the default) when a DMA engine or a NIC copies while the devices compute.
     """
 
     k: float
     b: float
     name: str = "custom"
     latency: float = 0.0
+    device_copies: bool = False
 
     def __post_init__(self) -> None:
         if not (self.k >= 0 and self.b >= 0):
@@ -106,10 +114,12 @@ class TransferModel:
         return PRESETS["pcie3_x16"]
 
     def to_dict(self) -> dict[str, float | str]:
-        """``k``, ``b``, ``name``, and ``latency`` when it is not 0."""
+        """``k``, ``b``, ``name``; ``latency`` and ``device_copies`` when they are not the default."""
         spec: dict[str, float | str] = {"k": self.k, "b": self.b, "name": self.name}
         if self.latency:
             spec["latency"] = self.latency
+        if self.device_copies:
+            spec["device_copies"] = True
         return spec
 
     @classmethod
@@ -119,6 +129,7 @@ class TransferModel:
             b=float(spec["b"]),
             name=str(spec.get("name", "custom")),
             latency=float(spec.get("latency", 0.0)),
+            device_copies=bool(spec.get("device_copies", False)),
         )
 
 

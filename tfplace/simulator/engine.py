@@ -23,6 +23,11 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    all its channels are free. Transfers waiting for channels are served first come, first
    served by the time their tensor was produced (ties: the producer's topological position);
    a waiting transfer does not hold back a later one whose channels are free.
+   On a link whose devices copy the bytes themselves (``device_copies``, gRPC between processes
+   on CPUs), a transfer takes no channel: it is a *send* task on the sender, queued with its ops
+   when the tensor is produced, and a *receive* task queued on the receiver when the send starts,
+   each holding its device for the occupancy (Celeritas section 6.1 adds such tasks to the
+   devices); the tensor leaves when both have ended.
 3. **Control dependencies.** Across devices a control dependency (or a tensor of 0 bytes) is a
    message that arrives after the link's latency ``b`` and occupies no channel; on one device
    it is satisfied when the producer ends.
@@ -70,7 +75,7 @@ __all__ = ["PRIORITIES", "simulate"]
 #: The named ready-op priorities :func:`simulate` accepts (besides an explicit rank per op).
 PRIORITIES = ("fifo", "critical_path")
 
-_OP_END, _TRANSFER_END, _SIGNAL, _ARRIVAL = 0, 1, 2, 3
+_OP_END, _TRANSFER_END, _SIGNAL, _ARRIVAL, _SEND_END, _RECEIVE_END = 0, 1, 2, 3, 4, 5
 
 
 def simulate(
@@ -277,7 +282,8 @@ class _Run:
                 MemoryTrace(np.asarray(times, dtype=float), np.asarray(sizes, dtype=np.int64))
                 for times, sizes in zip(self.sample_times, self.sample_bytes)
             ]
-            schedule = Schedule(ops=self.op_tasks, transfers=self.transfer_tasks, memory=memory)
+            transfers = sorted(self.transfer_tasks, key=lambda task: task.start)
+            schedule = Schedule(ops=self.op_tasks, transfers=transfers, memory=memory)
         return SimulationResult(
             makespan=makespan + overhead,
             busy_time=np.bincount(self.placed, weights=graph.compute, minlength=count).astype(float),
@@ -293,6 +299,11 @@ class _Run:
             step_overhead=overhead,
         )
 
+    def _transfer_task(self, t: int, start: float, end: float) -> TransferTask:
+        plan = self.plan
+        producer = self.graph.names[plan.producer[t]]
+        return TransferTask(producer, plan.slot[t], plan.src[t], plan.dst[t], plan.nbytes[t], start, end)
+
     def _loop(self) -> tuple[float, int, float]:
         """Run every op; return the makespan, the bytes moved and the summed transfer seconds."""
         graph, plan, placed, position, keys = self.graph, self.plan, self.placed, self.position, self.keys
@@ -305,6 +316,9 @@ class _Run:
         releases, slot_base, holders = plan.releases, plan.slot_base, plan.holders[:]
         buffer_size, buffer_device = plan.buffer_size, plan.buffer_device
         route_of, duration, delay, consumers = plan.route, plan.duration, plan.delay, plan.consumers
+        on_devices, n = plan.on_devices, len(graph)
+        parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
+        sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
         count = len(self.devices.all_devices)
         queues: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
@@ -332,20 +346,47 @@ class _Run:
                 if not pending[v]:
                     make_ready(v, time)
 
+        def part_done(t: int, time: float) -> None:
+            """One of a copy's two tasks ended; after both, the tensor is on its way."""
+            parts_left[t] -= 1
+            if parts_left[t]:
+                return
+            if record:
+                self.transfer_tasks.append(self._transfer_task(t, sent_at[t], time))
+            if delay[t]:
+                heappush(events, (time + delay[t], _ARRIVAL, t))
+            else:
+                deliver(t, time)
+
         for v in range(len(graph)):
             if not pending[v]:
                 make_ready(v, 0.0)
         while True:
-            for d in ready_devices:
-                if not running[d] and queues[d]:
-                    u = heappop(queues[d])[2]
-                    running[d] = True
+            while ready_devices:
+                d = ready_devices.pop()
+                if running[d] or not queues[d]:
+                    continue
+                key, rank, u = heappop(queues[d])
+                running[d] = True
+                if u < n:
                     end = now + compute[u]
                     allocate(d, footprint[u], now, u, "start")
                     heappush(events, (end, _OP_END, u))
                     if record:
                         self.op_tasks.append(OpTask(names[u], d, now, end))
-            ready_devices.clear()
+                    continue
+                t, receiving = divmod(u - n, 2)
+                if receiving:
+                    allocate(d, plan.nbytes[t], now, plan.producer[t], "receive")
+                    heappush(events, (now + duration[t], _RECEIVE_END, t))
+                    continue
+                sent_at[t] = now
+                moved += plan.nbytes[t]
+                seconds += duration[t] + delay[t]
+                heappush(events, (now + duration[t], _SEND_END, t))
+                receiver = plan.dst[t]
+                heappush(queues[receiver], (now if keys is None else key, rank, u + 1))
+                ready_devices.add(receiver)
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
             while candidates:
@@ -366,17 +407,7 @@ class _Run:
                 moved += plan.nbytes[t]
                 seconds += duration[t] + delay[t]
                 if record:
-                    self.transfer_tasks.append(
-                        TransferTask(
-                            names[plan.producer[t]],
-                            plan.slot[t],
-                            plan.src[t],
-                            plan.dst[t],
-                            plan.nbytes[t],
-                            now,
-                            end,
-                        )
-                    )
+                    self.transfer_tasks.append(self._transfer_task(t, now, end))
             if not events:
                 return now, moved, seconds
             now = events[0][0]
@@ -398,8 +429,11 @@ class _Run:
                         if not pending[v]:
                             make_ready(v, now)
                     for t in sends[x]:
-                        heappush(waiting[route_of[t]], (now, position[x], t))
-                        ready_routes.add(route_of[t])
+                        if on_devices[t]:
+                            heappush(queues[d], (now if keys is None else keys[x], position[x], n + 2 * t))
+                        else:
+                            heappush(waiting[route_of[t]], (now, position[x], t))
+                            ready_routes.add(route_of[t])
                     for v, latency in signals[x]:
                         heappush(events, (now + latency, _SIGNAL, v))
                 elif kind == _TRANSFER_END:
@@ -415,6 +449,14 @@ class _Run:
                         deliver(x, now)
                 elif kind == _ARRIVAL:
                     deliver(x, now)
+                elif kind in (_SEND_END, _RECEIVE_END):
+                    d = plan.src[x] if kind == _SEND_END else plan.dst[x]
+                    running[d] = False
+                    ready_devices.add(d)
+                    if kind == _SEND_END:
+                        for buffer in plan.holds[x]:
+                            release(buffer, now)
+                    part_done(x, now)
                 else:
                     pending[x] -= 1
                     if not pending[x]:

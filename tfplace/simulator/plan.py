@@ -43,8 +43,9 @@ class TransferPlan:
         ``producer``, ``slot`` (``None`` for a slotless edge), ``src``, ``dst`` devices, ``nbytes``,
         ``duration`` (how long it holds its channels: ``k * bytes + b - latency``, the fixed part
         once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
-        arrives that long after it leaves the channels), ``route``, ``holds`` (the sender's
-        buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
+        arrives that long after it leaves the channels), ``on_devices`` (the link's
+        ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst`` instead of on
+        channels), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
         received copy on ``dst``).
     Routes
         ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
@@ -68,6 +69,7 @@ class TransferPlan:
     nbytes: list[int] = field(default_factory=list)
     duration: list[float] = field(default_factory=list)
     delay: list[float] = field(default_factory=list)
+    on_devices: list[bool] = field(default_factory=list)
     route: list[int] = field(default_factory=list)
     holds: list[Sequence[int]] = field(default_factory=list)
     consumers: list[list[int]] = field(default_factory=list)
@@ -217,6 +219,7 @@ def _add_transfer(
     plan.nbytes.append(nbytes)
     plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
     plan.delay.append(link.latency)
+    plan.on_devices.append(link.device_copies)
     plan.route.append(route)
     plan.holds.append(holds)
     for buffer in holds:
