@@ -7,6 +7,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from helpers import feed_function
 from tfplace.devices import DeviceName, DeviceSet
 from tfplace.placement import Placement
 from tfplace.runner import run_placement, session_target_kind, simulated_trace_path
@@ -127,16 +128,26 @@ def test_a_run_on_virtual_cpus_drops_the_warm_up_traces_a_step_and_trains_like_o
 
 @pytest.mark.tensorflow
 @pytest.mark.slow
-def test_a_split_across_two_loopback_workers_runs_where_placed_trains_like_one_device_and_stops_them(
-    load_saved_graph,
+def test_a_placement_over_two_loopback_workers_runs_where_placed_trains_like_one_device_and_stops_them(
+    load_saved_graph, tmp_path
 ):
-    from tfplace.tf_graph.importer import import_graph
+    from tfplace import place
     from tfplace.tf_graph.session import executed_devices
 
     graph, entry, feeds = load_saved_graph("cnn")
-    imported = import_graph(graph, [entry["train_op"], entry["loss"]])
-    workers = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
-    placement = halves(imported.cost_graph, workers)
+    workers = DeviceSet.parse("/job:worker/task:0-1/device:CPU:0", "1GB")
+    placement = place(
+        graph,
+        entry["train_op"],
+        feed_function(entry),
+        workers,
+        batch_size=4,
+        placer="m_topo",
+        profile_batch_sizes=[1, 2],
+        cache_dir=tmp_path,
+        warmup_steps=1,
+        traced_steps=1,
+    )
 
     report = run_placement(
         graph,
@@ -150,7 +161,7 @@ def test_a_split_across_two_loopback_workers_runs_where_placed_trains_like_one_d
 
     assert report.target.startswith("grpc://localhost:")
     assert report.mismatches == []
-    ran = executed_devices(report.run_metadata[0], set(imported.cost_graph))
+    ran = executed_devices(report.run_metadata[0], set(placement.assignment))
     assert {DeviceName.parse(device).task for device in ran.values()} == {0, 1}
     np.testing.assert_allclose(
         [v["loss"] for v in report.values], single_device_losses(graph, entry, feeds, 4), rtol=1e-5
