@@ -8,16 +8,22 @@ op position. It is derived from the cost graph, never edited, and never kept bet
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
 
-from tfplace.costgraph import edge_transfers
 from tfplace.devices import DeviceSet
 from tfplace.transfer import TransferModel
 
-__all__ = ["IndexedGraph", "index_graph"]
+__all__ = ["IndexedGraph", "gc_paused", "index_graph"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,81 +90,117 @@ def index_graph(graph: nx.DiGraph, link: TransferModel | None = None) -> Indexed
     Edge times are the graph's ``transfer_time``; with ``link`` they are recomputed from each edge's
     bytes on that link (placers pass their device set's typical link, so that every time they use
     agrees with the simulator's).
+
+    Every per-op and per-edge attribute is read once into flat lists, then the successor and
+    predecessor lists are cut out of them; the predecessors of an op are listed in op order. The
+    garbage collector is paused meanwhile: the millions of small lists this creates would otherwise
+    make it traverse the whole cost graph again and again.
     """
+    with gc_paused():
+        return _index(graph, link)
+
+
+def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
     names = list(graph.nodes)
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
-    compute = np.zeros(n)
-    persistent = np.zeros(n, dtype=np.int64)
-    outputs = np.zeros(n, dtype=np.int64)
-    temporary = np.zeros(n, dtype=np.int64)
-    kinds: list[tuple[str, ...] | None] = [None] * n
-    output_sizes: list[tuple[int, ...]] = [()] * n
-    group = np.empty(n, dtype=np.int64)
-    group_ids: dict[str, int] = {}
-    group_members: list[list[int]] = []
-    for i, (_, attrs) in enumerate(graph.nodes(data=True)):
-        compute[i] = attrs["compute_time"]
-        persistent[i] = attrs["persistent_bytes"]
-        output_sizes[i] = attrs["output_sizes"]
-        outputs[i] = sum(attrs["output_sizes"])
-        temporary[i] = attrs["temporary_bytes"]
-        kinds[i] = attrs["device_kinds"]
-        key = attrs["colocation_group"]
-        if key is None:
-            group[i] = len(group_members)
-            group_members.append([i])
-        else:
-            if key not in group_ids:
-                group_ids[key] = len(group_members)
-                group_members.append([])
-            group[i] = group_ids[key]
-            group_members[group_ids[key]].append(i)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    succ_time: list[list[float]] = [[] for _ in range(n)]
-    succ_bytes: list[list[int]] = [[] for _ in range(n)]
-    succ_transfers: list[list[int]] = [[] for _ in range(n)]
-    succ_slots: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    pred_time: list[list[float]] = [[] for _ in range(n)]
-    pred_position: list[list[int]] = [[] for _ in range(n)]
-    for src, dst, attrs in graph.edges(data=True):
-        u, v = index[src], index[dst]
-        nbytes = attrs["bytes"]
-        transfers = edge_transfers(attrs) if nbytes else 0
-        if link is None:
-            time = attrs["transfer_time"]
-        else:
-            time = link.k * nbytes + link.b * transfers if nbytes else 0.0
-        pred_position[v].append(len(succ[u]))
-        succ[u].append(v)
-        succ_time[u].append(time)
-        succ_bytes[u].append(nbytes)
-        succ_transfers[u].append(transfers)
-        succ_slots[u].append(attrs["slots"])
-        pred[v].append(u)
-        pred_time[v].append(time)
+    ops = [attrs for _, attrs in graph.nodes(data=True)]
+    output_sizes = [attrs["output_sizes"] for attrs in ops]
+    group, group_members = _colocation_groups([attrs["colocation_group"] for attrs in ops])
+    adjacency = [successors for _, successors in graph.adjacency()]
+    outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
+    edges = [attrs for successors in adjacency for attrs in successors.values()]
+    dst = np.fromiter(
+        (index[v] for successors in adjacency for v in successors), dtype=np.int64, count=len(edges)
+    )
+    nbytes = [attrs["bytes"] for attrs in edges]
+    slots = [attrs["slots"] for attrs in edges]
+    transfer_counts = _transfer_counts(edges, nbytes, slots)
+    if link is None:
+        times = [attrs["transfer_time"] for attrs in edges]
+    else:
+        size = np.asarray(nbytes, dtype=float)
+        times = np.where(size > 0, link.k * size + link.b * transfer_counts, 0.0).tolist()
+    transfers = transfer_counts.tolist()
+    succ_bounds = np.concatenate(([0], np.cumsum(outdegree)))
+    src = np.repeat(np.arange(n), outdegree)
+    by_dst = np.argsort(dst, kind="stable")  # edges grouped by consumer, producers in op order
+    pred_bounds = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n))))
+    position = np.arange(len(edges)) - succ_bounds[src]
     return IndexedGraph(
         names=names,
         index=index,
-        compute=compute,
-        persistent=persistent,
-        outputs=outputs,
-        temporary=temporary,
-        kinds=kinds,
+        compute=np.fromiter((attrs["compute_time"] for attrs in ops), dtype=float, count=n),
+        persistent=np.fromiter((attrs["persistent_bytes"] for attrs in ops), dtype=np.int64, count=n),
+        outputs=np.fromiter(map(sum, output_sizes), dtype=np.int64, count=n),
+        temporary=np.fromiter((attrs["temporary_bytes"] for attrs in ops), dtype=np.int64, count=n),
+        kinds=[attrs["device_kinds"] for attrs in ops],
         output_sizes=output_sizes,
-        succ=succ,
-        succ_time=succ_time,
-        succ_bytes=succ_bytes,
-        succ_transfers=succ_transfers,
-        succ_slots=succ_slots,
-        pred=pred,
-        pred_time=pred_time,
-        pred_position=pred_position,
+        succ=_split(dst.tolist(), succ_bounds),
+        succ_time=_split(times, succ_bounds),
+        succ_bytes=_split(nbytes, succ_bounds),
+        succ_transfers=_split(transfers, succ_bounds),
+        succ_slots=_split(slots, succ_bounds),
+        pred=_split(src[by_dst].tolist(), pred_bounds),
+        pred_time=_split([times[e] for e in by_dst.tolist()], pred_bounds),
+        pred_position=_split(position[by_dst].tolist(), pred_bounds),
         group=group,
         group_members=group_members,
         link=link if link is not None else _graph_link(graph),
     )
+
+
+def _transfer_counts(
+    edges: list[dict[str, Any]], nbytes: list[int], slots: list[tuple[int, ...]]
+) -> np.ndarray:
+    """:func:`~tfplace.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
+    or one without bytes, else the recorded ``transfers`` or one per slot (at least one)."""
+    recorded = np.fromiter((attrs.get("transfers", -1) for attrs in edges), dtype=np.int64, count=len(edges))
+    per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=len(edges)))
+    carries = np.asarray(nbytes, dtype=np.int64) > 0
+    carries &= ~np.fromiter((attrs["control"] for attrs in edges), dtype=bool, count=len(edges))
+    return np.where(carries, np.where(recorded >= 0, recorded, per_slot), 0)
+
+
+def _colocation_groups(keys: list[str | None]) -> tuple[np.ndarray, list[list[int]]]:
+    """Group id of each op (numbered by first appearance; an op without a group gets its own)
+    and the ops of each group."""
+    group: list[int] = []
+    group_ids: dict[str, int] = {}
+    members: list[list[int]] = []
+    for i, key in enumerate(keys):
+        if key is None:
+            group.append(len(members))
+            members.append([i])
+            continue
+        if key not in group_ids:
+            group_ids[key] = len(members)
+            members.append([])
+        group.append(group_ids[key])
+        members[group_ids[key]].append(i)
+    return np.array(group, dtype=np.int64), members
+
+
+def _split(values: list[T], bounds: np.ndarray) -> list[list[T]]:
+    """``values[bounds[i]:bounds[i + 1]]`` for every ``i``."""
+    return [values[a:b] for a, b in pairwise(bounds.tolist())]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector inside the ``with`` block.
+
+    Indexing and placing allocate millions of small lists and tuples and no reference cycles. Each
+    allocation burst would otherwise trigger full collections, each traversing every object of the
+    (much larger) cost graph: on 200k ops those took more time than the algorithms themselves.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _graph_link(graph: nx.DiGraph) -> TransferModel:
