@@ -13,7 +13,7 @@ from typing import Any
 
 from tfplace.costgraph import CostGraph
 from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph, index_graph
+from tfplace.indexed import IndexedGraph, gc_paused, index_graph
 from tfplace.placement import Placement
 from tfplace.placer.base import PlacerFunction, PlacerOutput, check_constraints
 from tfplace.placer.capacity import capacity_warnings
@@ -69,9 +69,10 @@ def place_cost_graph(
     """
     function = placer_function(placer)
     start = time.perf_counter()
-    indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
-    kahn_order(indexed)  # raises naming a cycle's ops, also for placers that never order the ops
-    output = function(indexed, devices, **options)
+    with gc_paused():
+        indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
+        kahn_order(indexed)  # raises naming a cycle's ops, also for placers that never order the ops
+        output = function(indexed, devices, **options)
     seconds = time.perf_counter() - start
     check_constraints(indexed, devices, output.op_devices)
     names = [d.name for d in devices.all_devices]
