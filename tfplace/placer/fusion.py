@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
 
 import numpy as np
 
@@ -38,49 +38,66 @@ def optimal_breakpoints(
       a single op heavier than ``M`` still forms a cluster of its own.
 
     Returns the sorted breakpoints, starting with ``0`` and ending with ``len(order)``. Ties prefer
-    the longer cluster. Runs in ``O(n R)`` vectorized steps plus ``O(E)``.
+    the longer cluster.
+
+    Notes
+    -----
+    In a topological order every edge out of ``[i, j)`` either stays inside or crosses to a position
+    ``>= j``, so ``cost(i, j) = O(j) - O(i) - Int(i, j)``: ``O(j)`` sums the costs of all edges out
+    of the first ``j`` positions and ``Int(i, j)`` those of the edges inside ``[i, j)``. Hence
+    ``S(j) - O(j) = min_i (S(i) - O(i) - Int(i, j))``: one array holds ``S(i) - O(i) - Int(i, j)``
+    for the window of ``i``, and Eq. 5's step from ``j - 1`` to ``j`` subtracts each edge
+    ``c_{s, j-1}`` from the entries ``i <= s`` (one slice per edge within reach ``R``). Each
+    position then costs one ``argmin`` over at most ``R`` values: ``O(n R)`` in vectorized steps
+    plus ``O(E)``.
     """
     if exploration_range < 1:
         raise ValueError(f"exploration range R must be >= 1, got {exploration_range}")
     n = len(order)
-    position = np.empty(n, dtype=np.int64)
-    position[np.asarray(order, dtype=np.int64)] = np.arange(n)
-    memory = graph.memory[np.asarray(order, dtype=np.int64)].astype(float)
-    prefix = np.concatenate(([0.0], np.cumsum(memory)))
-    out_cost = [sum(graph.succ_time[op]) for op in order]
-    positions = position.tolist()
-    best = np.full(n + 1, math.inf)
-    best[0] = 0.0
-    parent = np.zeros(n + 1, dtype=np.int64)
-    cost = np.zeros(n + 1)  # cost[i] = cost(i, j) for the window of the current j
-    memory_low = 0
+    ops = np.asarray(order, dtype=np.int64)
+    weight = np.concatenate(([0], np.cumsum(graph.memory[ops])))
+    ends = np.arange(n + 1)
+    # first i of the window of each j: within R (Eq. 6), and [i, j) within M unless i = j - 1
+    first = np.minimum(
+        np.maximum(ends - exploration_range, np.searchsorted(weight, weight - memory_cap)), ends - 1
+    ).tolist()
+    consumer, producer, cost = _edges_within_reach(graph, ops, exploration_range)
+    window = np.zeros(n + 1)  # S(i) - O(i) - Int(i, j) for the current j
+    parent = [0] * (n + 1)
+    edge = 0
     for j in range(1, n + 1):
-        k = j - 1  # the op joining every open cluster
         low = max(0, j - exploration_range)
-        cost[k] = 0.0
-        cost[low:j] += out_cost[k]
-        internal = [
-            (positions[p], c)
-            for p, c in zip(graph.pred[order[k]], graph.pred_time[order[k]])
-            if c and positions[p] >= low
-        ]
-        if internal:
-            relief = np.zeros(j - low)
-            for p, c in internal:
-                relief[p - low] += c
-            cost[low:j] -= np.cumsum(relief[::-1])[::-1]
-        while prefix[j] - prefix[memory_low] > memory_cap:
-            memory_low += 1
-        start = min(max(low, memory_low), k)
-        totals = best[start:j] + cost[start:j]
-        choice = int(np.argmin(totals))
-        best[j] = totals[choice]
-        parent[j] = start + choice
+        while edge < len(consumer) and consumer[edge] == j - 1:
+            window[low : producer[edge] + 1] -= cost[edge]
+            edge += 1
+        start = first[j]
+        choice = start + int(window[start:j].argmin())
+        window[j] = window[choice]
+        parent[j] = choice
     breakpoints = [n]
     while breakpoints[-1] > 0:
-        breakpoints.append(int(parent[breakpoints[-1]]))
+        breakpoints.append(parent[breakpoints[-1]])
     breakpoints.reverse()
     return breakpoints
+
+
+def _edges_within_reach(
+    graph: IndexedGraph, ops: np.ndarray, reach: int
+) -> tuple[list[int], list[int], list[float]]:
+    """Positions (consumer, producer) and cost of the edges with ``c > 0`` that can fall inside one
+    cluster (``consumer - producer < reach``), sorted by consumer, producers in graph order."""
+    n = len(ops)
+    position = np.empty(n, dtype=np.int64)
+    position[ops] = np.arange(n)
+    preds = [graph.pred[op] for op in ops.tolist()]
+    indegree = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    total = int(indegree.sum())
+    consumer = np.repeat(np.arange(n), indegree)
+    producer = position[np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=total)]
+    times = (graph.pred_time[op] for op in ops.tolist())
+    cost = np.fromiter(chain.from_iterable(times), dtype=float, count=total)
+    keep = (cost > 0) & (consumer - producer < reach)
+    return consumer[keep].tolist(), producer[keep].tolist(), cost[keep].tolist()
 
 
 @dataclass(frozen=True)
