@@ -76,7 +76,11 @@ class MemoryLedger:
         np.add.at(self.group_resident, graph.group, graph.resident)
         self.group_temporary = np.zeros(groups, dtype=np.int64)
         np.maximum.at(self.group_temporary, graph.group, graph.temporary)
-        self.group_targets = [self._allowed_targets(members) for members in graph.group_members]
+        everywhere = tuple(range(self.num_targets))
+        self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
+        constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
+        for g in sorted(constrained):
+            self.group_targets[g] = self._allowed_targets(graph.group_members[g])
 
     def _allowed_targets(self, members: list[int]) -> tuple[int, ...]:
         """Targets whose device kind has a kernel for every op of a group (``()``: fallback CPU)."""
@@ -100,15 +104,10 @@ class MemoryLedger:
         """Device of an op's group, or :data:`UNPLACED`."""
         return int(self.group_device[self.graph.group[op]])
 
-    def new_groups(self, ops: Iterable[int]) -> list[int]:
-        """Groups touched by ``ops`` that are not placed yet, each once."""
-        groups = self.graph.group
-        seen: dict[int, None] = {}
-        for op in ops:
-            g = int(groups[op])
-            if self.group_device[g] == UNPLACED:
-                seen[g] = None
-        return list(seen)
+    def new_groups(self, ops: Sequence[int]) -> list[int]:
+        """Groups touched by ``ops`` that are not placed yet, each once, in the order of ``ops``."""
+        groups = self.graph.group[np.asarray(ops, dtype=np.int64)]
+        return list(dict.fromkeys(groups[self.group_device[groups] == UNPLACED].tolist()))
 
     def candidates(self, groups: Sequence[int]) -> list[int]:
         """Targets that may take unplaced ``groups``: those every group with a kernel choice
@@ -152,19 +151,24 @@ class MemoryLedger:
     def commit(self, groups: Iterable[int], device: int) -> None:
         """Place unplaced ``groups`` on ``device``, each whole; a group that cannot run there goes
         to its least-used allowed target, or to the fallback CPU of ``device``'s host."""
+        groups = list(groups)
+        runnable = [g for g in groups if device in self.group_targets[g]]
+        if runnable:
+            self._place_groups(runnable, device)
         for g in groups:
             targets = self.group_targets[g]
             if device in targets:
-                self._place_group(g, device)
-            elif targets:
-                self._place_group(g, self.least_used(targets))
+                continue
+            if targets:
+                self._place_groups([g], self.least_used(targets))
             else:
-                self._place_group(g, self.devices.fallback_for(self.devices.host_of(device)))
+                self._place_groups([g], self.devices.fallback_for(self.devices.host_of(device)))
 
-    def _place_group(self, group: int, device: int) -> None:
-        self.group_device[group] = device
-        self.resident[device] += self.group_resident[group]
-        self.peak_temporary[device] = max(int(self.peak_temporary[device]), int(self.group_temporary[group]))
+    def _place_groups(self, groups: list[int], device: int) -> None:
+        index = np.asarray(groups, dtype=np.int64)
+        self.group_device[index] = device
+        self.resident[device] += self.group_resident[index].sum()
+        self.peak_temporary[device] = max(self.peak_temporary[device], self.group_temporary[index].max())
 
     def op_devices(self) -> np.ndarray:
         """Device of every op (after every op's group has been placed)."""
