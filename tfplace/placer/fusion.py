@@ -120,42 +120,28 @@ class Fusion:
 def coarsen(graph: IndexedGraph, order: Sequence[int], breakpoints: Sequence[int]) -> Fusion:
     """Merge the ops between adjacent breakpoints into clusters and build the coarse graph."""
     members = [list(order[a:b]) for a, b in pairwise(breakpoints)]
+    ops = np.asarray(order, dtype=np.int64)
+    starts = np.asarray(breakpoints[:-1], dtype=np.int64)
     cluster_of = np.empty(len(graph), dtype=np.int64)
-    for c, ops in enumerate(members):
-        cluster_of[ops] = c
+    cluster_of[ops] = np.repeat(np.arange(len(members)), np.diff(breakpoints))
+    compute = np.add.reduceat(graph.compute[ops], starts).tolist()
+    persistent = np.add.reduceat(graph.persistent[ops], starts).tolist()
+    outputs = np.add.reduceat(graph.outputs[ops], starts).tolist()
+    temporary = np.maximum.reduceat(graph.temporary[ops], starts).tolist()
     coarse = CostGraph(name="coarse", transfer_model=graph.link.to_dict())
     names = [f"cluster{c}" for c in range(len(members))]
-    for name, ops in zip(names, members):
+    for c, name in enumerate(names):
         coarse.add_op(
             name,
-            compute_time=float(graph.compute[ops].sum()),
-            persistent_bytes=int(graph.persistent[ops].sum()),
-            output_sizes=(int(graph.outputs[ops].sum()),),
-            temporary_bytes=int(graph.temporary[ops].max()),
+            compute_time=compute[c],
+            persistent_bytes=persistent[c],
+            output_sizes=(outputs[c],),
+            temporary_bytes=temporary[c],
             op_type="Cluster",
         )
-        coarse.nodes[name]["members"] = tuple(graph.names[op] for op in ops)
-    crossing: dict[tuple[int, int], list[int]] = {}  # (src, dst) cluster -> [bytes, transfers]
-    sent: set[tuple[int, int, int]] = set()
-    clusters = cluster_of.tolist()
-    for u in range(len(graph)):
-        cu = clusters[u]
-        for v, nbytes, slots in zip(graph.succ[u], graph.succ_bytes[u], graph.succ_slots[u]):
-            cv = clusters[v]
-            if cu == cv:
-                continue
-            totals = crossing.setdefault((cu, cv), [0, 0])
-            if slots:
-                for slot in slots:
-                    if (u, slot, cv) not in sent:
-                        sent.add((u, slot, cv))
-                        totals[0] += graph.output_sizes[u][slot] if slot < len(graph.output_sizes[u]) else 0
-                        totals[1] += 1
-            elif nbytes:
-                totals[0] += nbytes
-                totals[1] += 1
+        coarse.nodes[name]["members"] = tuple(graph.names[op] for op in members[c])
     link = graph.link
-    for (cu, cv), (nbytes, transfers) in crossing.items():
+    for (cu, cv), (nbytes, transfers) in _crossing_edges(graph, cluster_of).items():
         coarse.add_edge(
             names[cu],
             names[cv],
@@ -166,6 +152,38 @@ def coarsen(graph: IndexedGraph, order: Sequence[int], breakpoints: Sequence[int
             transfer_time=link.k * nbytes + link.b * transfers if nbytes else 0.0,
         )
     return Fusion(coarse=coarse, members=members, cluster_of=cluster_of, breakpoints=list(breakpoints))
+
+
+def _crossing_edges(graph: IndexedGraph, cluster_of: np.ndarray) -> dict[tuple[int, int], list[int]]:
+    """``(source, destination)`` cluster -> ``[bytes, transfers]`` of the edges between them.
+
+    A tensor (an op's output slot) that several ops of one cluster consume crosses once; an edge
+    without slots is a tensor of its own; a control edge adds a pair with no bytes.
+    """
+    outdegree = np.fromiter(map(len, graph.succ), dtype=np.int64, count=len(graph))
+    src = np.repeat(np.arange(len(graph)), outdegree)
+    dst = np.fromiter(chain.from_iterable(graph.succ), dtype=np.int64, count=len(src))
+    source, destination = cluster_of[src], cluster_of[dst]
+    crossing = np.flatnonzero(source != destination)
+    edge_bytes = list(chain.from_iterable(graph.succ_bytes))
+    edge_slots = list(chain.from_iterable(graph.succ_slots))
+    totals: dict[tuple[int, int], list[int]] = {}
+    sent: set[tuple[int, int, int]] = set()
+    for e, u, cu, cv in zip(
+        crossing.tolist(), src[crossing].tolist(), source[crossing].tolist(), destination[crossing].tolist()
+    ):
+        pair = totals.setdefault((cu, cv), [0, 0])
+        if edge_slots[e]:
+            sizes = graph.output_sizes[u]
+            for slot in edge_slots[e]:
+                if (u, slot, cv) not in sent:
+                    sent.add((u, slot, cv))
+                    pair[0] += sizes[slot] if slot < len(sizes) else 0
+                    pair[1] += 1
+        elif edge_bytes[e]:
+            pair[0] += edge_bytes[e]
+            pair[1] += 1
+    return totals
 
 
 def fuse(
