@@ -1,0 +1,355 @@
+"""Celeritas' experiments (section 6) with tfplace: Tables 2-5 and plots, beside the paper's numbers.
+
+For each model (:mod:`models`, the paper's configuration and batch size by default):
+
+1. Standard Evaluation on this machine's CPU: profile the training step at small batch sizes
+   (cached under ``--cache_dir``) and predict every op's costs at the target batch
+   (:func:`tfplace.api.estimate_costs`);
+2. turn the CPU times into the target GPU's (:mod:`tfplace.device_model`, ``--device``), price
+   every edge with the link's transfer model (``--comm_coeffs``) and save the cost graph as
+   ``<output_dir>/graphs/<model>.json.gz``;
+3. place it with every placer of ``--placers`` on ``--num_devices`` devices of ``--device_memory``
+   and simulate the step (:func:`tfplace.comparison.compare_placers`);
+4. measure the accuracy of the estimate: predict batch ``--accuracy_batch`` from the small batches
+   and measure it (:func:`tfplace.estimator.accuracy.estimation_accuracy`);
+5. with ``--real``, run a small variant of the model on loopback TensorFlow workers, placed by
+   each placer, and compare the measured step with the simulated one (:mod:`tfplace.runner`).
+
+Writes into ``--output_dir``: ``tables.md`` (all tables, the command line and running time at the
+top), one ``.md`` and ``.csv`` per table, ``runs.csv`` (every placement's numbers),
+``step_times.png``, ``timeline_<model>.png`` (the fastest placement that fits) and the cost graphs.
+Run from the repository root:
+
+    PYTHONPATH=. .venv/bin/python run_experiments.py                       # Inception V3
+    PYTHONPATH=. .venv/bin/python run_experiments.py --model=all --real    # the four models
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from absl import app, flags, logging
+
+import models
+from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_remaining_ops
+from tfplace.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
+from tfplace.costgraph import op_memory, save_json
+from tfplace.device_model import DEVICE_MODELS, convert_graph
+from tfplace.devices import Device, DeviceSet, parse_memory
+from tfplace.estimator.accuracy import AccuracyReport, estimation_accuracy
+from tfplace.placer import PLACERS, place_cost_graph
+from tfplace.plots import plot_timeline
+from tfplace.report import (
+    RealRun,
+    Table,
+    accuracy_table,
+    graph_table,
+    placement_time_table,
+    plot_step_times,
+    real_run_table,
+    step_time_table,
+    write_tables,
+)
+from tfplace.transfer import TransferModel
+from tfplace.units import format_bytes
+
+PAPER_MODELS = ("inception_v3", "nmt", "transformer", "tensor_holography")
+"""What ``--model=all`` runs: the four models of Celeritas Table 2."""
+
+PROFILE_BATCH_SIZES: dict[str, tuple[int, ...]] = {"nmt": (2, 4)}
+"""Profiled batch sizes where the default (1, 2, 4) does not fit this machine.
+
+The profiler keeps one session per batch size; the unrolled NMT at 2048 units needs about 9 GB per
+session here (the weight gradient of every time step is a separate tensor), so three sessions
+exceed the 24 GB of this machine and two are profiled.
+"""
+
+REAL_SIZES: dict[str, tuple[dict[str, Any], int]] = {
+    "inception_v3": ({"image_size": 75, "classes": 10}, 4),
+    "nmt": ({"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}, 8),
+    "nmt_while": ({"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}, 8),
+    "transformer": ({"layers": 2, "heads": 4, "d_model": 64, "d_ff": 128, "vocab_size": 500}, 8),
+    "tensor_holography": ({"image_size": 48, "conv_layers": 10, "filters": 12}, 4),
+}
+"""Size knobs and batch size of the small variant each model runs for real with ``--real``."""
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list(
+    "model", ["inception_v3"], f"Models of models.MODELS, or 'all' for {', '.join(PAPER_MODELS)}."
+)
+flags.DEFINE_list("knobs", [], "Size knobs key=value given to every model's builder (default: the paper's).")
+flags.DEFINE_integer("batch_size", None, "Batch size to place (default: each model's batch in the paper).")
+flags.DEFINE_integer("num_devices", 4, "Target devices.", lower_bound=1)
+flags.DEFINE_string("device_memory", None, "Memory of each device, e.g. 32GB (default: the --device's).")
+flags.DEFINE_enum(
+    "device", "V100-32GB", list(DEVICE_MODELS), "Device model turning CPU costs into GPU costs."
+)
+flags.DEFINE_list(
+    "placers",
+    ["metis", "m_topo", "m_etf", "m_sct", "order_place", "celeritas", "dfs_topo", "single"],
+    "Placers compared.",
+)
+flags.DEFINE_list(
+    "comm_coeffs",
+    [repr(TransferModel.default().k), repr(TransferModel.default().b)],
+    "k (s/byte), b (s) of the link's transfer model t = k * bytes + b (default: the PCIe 3 preset).",
+)
+flags.DEFINE_string("output_dir", "results", "Where tables, plots and cost graphs are written.")
+flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory.")
+flags.DEFINE_list("profile_batch_sizes", None, "Small batch sizes profiled (default: 1,2,4; NMT 2,4).")
+flags.DEFINE_integer("accuracy_batch", 8, "Batch size predicted and measured for Table 5 (0: skip Table 5).")
+flags.DEFINE_bool("real", False, "Also run small variants of the models on loopback workers (Table R).")
+flags.DEFINE_integer("real_workers", 2, "Loopback worker processes of the real runs.", lower_bound=2)
+flags.DEFINE_integer("real_steps", 10, "Timed steps per real run, after the warm-up.")
+flags.DEFINE_float(
+    "real_memory_fraction", 0.6, "Memory of each real-run device, as a share of the step's estimated memory."
+)
+
+
+def _parse_knobs(items: Sequence[str]) -> dict[str, Any]:
+    """``["image_size=75", "dropout=0.0"]`` -> ``{"image_size": 75, "dropout": 0.0}``."""
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise app.UsageError(f"--knobs takes key=value items, got {item!r}")
+        for kind in (int, float):
+            try:
+                knobs[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            knobs[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return knobs
+
+
+def _model_names() -> list[str]:
+    names = list(PAPER_MODELS) if FLAGS.model == ["all"] else list(FLAGS.model)
+    unknown = sorted(set(names) - set(models.MODELS))
+    if unknown:
+        raise app.UsageError(f"unknown models {unknown}; choose from {', '.join(models.MODELS)} or all")
+    return names
+
+
+def _estimate(spec: models.ModelSpec, batch_size: int, profile_batch_sizes: Sequence[int]) -> CostEstimate:
+    return estimate_costs(
+        spec.graph,
+        spec.train_op,
+        spec.feed_fn,
+        batch_size,
+        profile_batch_sizes=profile_batch_sizes,
+        init_op=spec.init_op,
+        cache_dir=FLAGS.cache_dir,
+    )
+
+
+def target_devices(link: TransferModel) -> DeviceSet:
+    """``--num_devices`` GPUs of ``--device_memory`` (default: the device model's) on ``link``."""
+    memory = parse_memory(FLAGS.device_memory) if FLAGS.device_memory else DEVICE_MODELS[FLAGS.device].memory
+    return DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", memory, intra_host=link)
+
+
+def place_model(
+    name: str, devices: DeviceSet, output_dir: Path
+) -> tuple[list[PlacerRun], FusionStats, int, AccuracyReport | None]:
+    """Steps 1-4 of the module docstring for one model: its runs, fusion, graph size and accuracy."""
+    spec = models.build_model(name, **_parse_knobs(FLAGS.knobs))
+    batch_size = FLAGS.batch_size or spec.paper_batch_size
+    small = [int(b) for b in FLAGS.profile_batch_sizes or PROFILE_BATCH_SIZES.get(name, (1, 2, 4))]
+    estimate = _estimate(spec, batch_size, small)
+    graph = convert_graph(estimate.cost_graph, DEVICE_MODELS[FLAGS.device])
+    graph.set_transfer_model(devices.typical_link)
+    save_json(graph, output_dir / "graphs" / f"{name}.json.gz")
+    # a model built with other knobs than the paper's is not compared with the paper's rows
+    label = f"{name} ({','.join(FLAGS.knobs)})" if FLAGS.knobs else name
+    runs, placements, fusion = compare_placers(graph, devices, FLAGS.placers, label)
+    for run in runs:
+        logging.info("%s / %s: step %.4f s%s", label, run.placer, run.step_time, " (OOM)" if run.oom else "")
+    best = fastest_fitting(runs)
+    if best is not None:
+        plot_timeline(
+            record_step(graph, placements[best.placer], devices),
+            devices,
+            output_dir / f"timeline_{name}.png",
+            op_types={op: attrs["op_type"] for op, attrs in graph.nodes(data=True)},
+            title=f"{name}, batch {batch_size}, {best.placer}",
+        )
+    accuracy = None
+    if FLAGS.accuracy_batch:
+        accuracy = estimation_accuracy(
+            spec.graph,
+            spec.train_op,
+            spec.feed_fn,
+            profile_batch_sizes=small,
+            target_batch=FLAGS.accuracy_batch,
+            init_op=spec.init_op,
+            cache_dir=FLAGS.cache_dir,
+        )
+    return runs, fusion, len(spec.graph.get_operations()), accuracy
+
+
+def real_runs(name: str, cluster: Any, link: TransferModel) -> list[RealRun]:
+    """Step 5: the small variant of ``name`` placed by each placer, run on ``cluster`` and simulated.
+
+    Each worker gets ``--real_memory_fraction`` of the step's estimated memory, so that the
+    memory-aware placers have to use more than one worker.
+    """
+    from tfplace.runner import run_placement
+
+    knobs, batch_size = REAL_SIZES[name]
+    spec = models.build_model(name, **knobs)
+    estimate = _estimate(spec, batch_size, (1, 2, 4))
+    graph = estimate.cost_graph
+    graph.set_transfer_model(link)
+    memory = int(FLAGS.real_memory_fraction * sum(op_memory(a) for _, a in graph.nodes(data=True)))
+    names = [cluster.device(task) for task in range(FLAGS.real_workers)]
+    devices = DeviceSet(tuple(Device(n, max(memory, 1)) for n in names), inter_host=link)
+    results = []
+    for placer in FLAGS.placers:
+        placement = place_cost_graph(graph, devices, placer)
+        placement.assignment = place_remaining_ops(
+            estimate.imported.cost_graph, placement.assignment, devices
+        )
+        report = run_placement(
+            spec.graph,
+            placement,
+            spec.train_op,
+            spec.feed_fn,
+            batch_size=batch_size,
+            steps=FLAGS.real_steps,
+            cluster=cluster,
+            init_op=spec.init_op,
+        )
+        step_devices = {placement.assignment[op] for op in graph}
+        results.append(
+            RealRun(
+                model=name,
+                placer=placer,
+                batch_size=batch_size,
+                devices=len(step_devices),
+                simulated=float(placement.step_time or 0.0),
+                measured=report.median_step_time,
+                steps=len(report.step_seconds),
+                mismatches=len(report.mismatches),
+            )
+        )
+    return results
+
+
+def run_real(names: Sequence[str]) -> tuple[list[RealRun], TransferModel]:
+    """Real runs of every model on one loopback cluster, with the link calibrated on it."""
+    from tfplace.estimator.calibration import calibrate_transfer
+    from tfplace.tf_graph.cluster import LocalCluster
+
+    results = []
+    with LocalCluster(FLAGS.real_workers) as cluster:
+        link = calibrate_transfer(cluster.device(0), cluster.device(1), target=cluster.target)
+        logging.info("loopback link: k=%.3e s/B, b=%.0f us", link.k, link.b * 1e6)
+        for name in names:
+            results += real_runs(name, cluster, link)
+    return results, link
+
+
+def write_runs_csv(runs: Sequence[PlacerRun], path: Path) -> None:
+    """Every placement's numbers, one row each (the raw data of Tables 3 and 4)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(
+            [
+                "model",
+                "placer",
+                "step_time_s",
+                "oom",
+                "placement_seconds",
+                "max_peak_bytes",
+                "overcommitted_devices",
+            ]
+        )
+        for run in runs:
+            writer.writerow(
+                [
+                    run.model,
+                    run.placer,
+                    f"{run.step_time:.6f}",
+                    int(run.oom),
+                    f"{run.placement_seconds:.6f}",
+                    max(run.peak_memory.values(), default=0),
+                    run.overcommitted_devices,
+                ]
+            )
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    started = time.perf_counter()
+    names = _model_names()
+    unknown = sorted(set(FLAGS.placers) - set(PLACERS))
+    if unknown:
+        raise app.UsageError(f"unknown placers {unknown}; choose from {', '.join(PLACERS)}")
+    if len(FLAGS.comm_coeffs) != 2:
+        raise app.UsageError(f"--comm_coeffs takes k,b; got {FLAGS.comm_coeffs}")
+    link = TransferModel(float(FLAGS.comm_coeffs[0]), float(FLAGS.comm_coeffs[1]), name="comm_coeffs")
+    devices = target_devices(link)
+    output_dir = Path(FLAGS.output_dir)
+    (output_dir / "graphs").mkdir(parents=True, exist_ok=True)
+
+    runs: list[PlacerRun] = []
+    fusion: list[FusionStats] = []
+    graph_ops: dict[str, int] = {}
+    accuracy: dict[str, AccuracyReport] = {}
+    for name in names:
+        model_started = time.perf_counter()
+        model_runs, stats, ops, report = place_model(name, devices, output_dir)
+        runs += model_runs
+        fusion.append(stats)
+        graph_ops[stats.model] = ops
+        if report is not None:
+            accuracy[stats.model] = report
+        logging.info("%s done in %.0f s", name, time.perf_counter() - model_started)
+        gc.collect()
+    tables: list[Table] = [graph_table(fusion, graph_ops), step_time_table(runs), placement_time_table(runs)]
+    if accuracy:
+        tables.append(accuracy_table(accuracy))
+    real_link = None
+    if FLAGS.real:
+        real, real_link = run_real(names)
+        tables.append(real_run_table(real))
+    write_runs_csv(runs, output_dir / "runs.csv")
+    plot_step_times(runs, output_dir / "step_times.png")
+    seconds = time.perf_counter() - started
+    preamble = _preamble(devices, link, real_link, seconds)
+    path = write_tables(tables, output_dir, preamble=preamble)
+    print(path.read_text())
+
+
+def _preamble(
+    devices: DeviceSet, link: TransferModel, real_link: TransferModel | None, seconds: float
+) -> str:
+    """The command, the setting and the running time, above the tables."""
+    command = shlex.join(["python", *sys.argv])
+    lines = [
+        f"Command: `{command}` ({seconds / 60:.1f} minutes).",
+        "",
+        f"Targets: {len(devices)} x {FLAGS.device} ({format_bytes(devices.devices[0].memory)} each); "
+        f"link t = {link.k:.4g} s/B * bytes + {link.b * 1e6:.0f} us; costs profiled on this machine's CPU "
+        "and converted by the device model.",
+    ]
+    if real_link is not None:
+        lines.append(
+            f"Real runs: loopback gRPC link calibrated at t = {real_link.k:.4g} s/B * bytes + "
+            f"{real_link.b * 1e6:.0f} us."
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,79 @@
+"""run_experiments.py end to end on a tiny Tensor Holography: every table, plot and cost graph is written."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfplace.costgraph import load_json
+
+pytestmark = pytest.mark.tensorflow
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("results")
+    command = [
+        sys.executable,
+        "run_experiments.py",
+        "--model=tensor_holography",
+        "--knobs=image_size=16,conv_layers=4,filters=4",
+        "--batch_size=8",
+        "--device_memory=300KB",
+        "--placers=single,m_topo,celeritas",
+        f"--output_dir={directory}",
+        f"--cache_dir={directory / 'cache'}",
+        "--real",
+        "--real_steps=3",
+    ]
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory
+
+
+def rows(path):
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_every_table_is_written_as_markdown_and_csv_with_the_command_on_top(output):
+    combined = (output / "tables.md").read_text()
+    assert combined.startswith("Command: `python run_experiments.py --model=tensor_holography")
+    for title in ("Table 2", "Table 3", "Table 4", "Table 5", "Real runs"):
+        assert f"### {title}" in combined
+    for name in ("table2_graphs", "table3_step_time", "table4_placement_time", "table5_estimation"):
+        assert (output / f"{name}.md").exists() and rows(output / f"{name}.csv")
+
+
+def test_a_tiny_variant_is_not_set_beside_the_papers_numbers(output):
+    step_rows = rows(output / "table3_step_time.csv")
+    assert [row["source"] for row in step_rows] == ["tfplace (simulated)"]
+
+
+def test_one_device_below_the_models_memory_runs_out_and_is_marked(output):
+    runs = {row["placer"]: row for row in rows(output / "runs.csv")}
+    assert set(runs) == {"single", "m_topo", "celeritas"}
+    assert runs["single"]["oom"] == "1"
+    assert rows(output / "table3_step_time.csv")[0]["one device"].startswith("OOM (")
+
+
+def test_the_placed_cost_graph_is_saved_with_the_target_devices_costs(output):
+    graph = load_json(output / "graphs" / "tensor_holography.json.gz")
+    assert graph.graph["device_model"] == "V100-32GB" and graph.graph["batch_size"] == 8
+    assert graph.transfer_model.k == pytest.approx(1.754e-10)
+
+
+def test_plots_of_step_times_and_of_the_best_placement_are_written(output):
+    for name in ("step_times.png", "timeline_tensor_holography.png"):
+        assert (output / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_real_runs_measure_each_placement_where_it_was_placed(output):
+    real = rows(output / "table_real_runs.csv")
+    assert [row["placer"] for row in real] == ["one device", "m-TOPO", "Celeritas"]
+    assert all(float(row["measured (median)"]) > 0 and row["ops not where placed"] == "0" for row in real)
+    assert real[0]["workers"] == "1" and int(real[1]["workers"]) == 2

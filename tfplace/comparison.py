@@ -1,0 +1,141 @@
+"""Compare placers on one cost graph, as Celeritas Tables 3 and 4 do: step time, memory, placing time.
+
+Every placer places the same graph on the same devices and is scored by the same simulator
+(:func:`tfplace.placer.place_cost_graph`). A placement *runs out of memory* when a device's
+simulated peak exceeds its capacity: the simulator's out-of-memory event, the step TensorFlow
+could not run (the paper's "OOM"). The placers' static estimate of memory (every output kept) is
+more pessimistic than the simulated peak; where it exceeds a device, the placer placed by best
+effort, which is counted separately. No TensorFlow is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from tfplace.costgraph import CostGraph, ccr
+from tfplace.devices import DeviceSet
+from tfplace.placement import Placement
+from tfplace.placer import place_cost_graph
+from tfplace.simulator import SimulationResult, simulate
+
+__all__ = ["FusionStats", "PlacerRun", "compare_placers", "fastest_fitting", "record_step"]
+
+#: Placers whose details report the fusion of Table 2 (clusters, CCR after fusion).
+FUSING_PLACERS = ("celeritas", "order_place")
+
+
+@dataclass(frozen=True)
+class PlacerRun:
+    """One placer's placement of one model, scored by the simulator.
+
+    Attributes
+    ----------
+    model : str
+    placer : str
+    step_time : float
+        Simulated seconds of one training step.
+    placement_seconds : float
+        Seconds the placer took (Table 4's metric).
+    peak_memory : dict of str to int
+        Simulated peak bytes of each device that held anything.
+    oom_devices : tuple of str
+        Devices whose simulated peak exceeds their memory.
+    overcommitted_devices : int
+        Devices the placer's static memory estimate overfills (it placed by best effort).
+    """
+
+    model: str
+    placer: str
+    step_time: float
+    placement_seconds: float
+    peak_memory: dict[str, int] = field(default_factory=dict)
+    oom_devices: tuple[str, ...] = ()
+    overcommitted_devices: int = 0
+
+    @property
+    def oom(self) -> bool:
+        """The step runs out of memory on some device."""
+        return bool(self.oom_devices)
+
+
+@dataclass(frozen=True)
+class FusionStats:
+    """Table 2 for one model: its size and CCR (Eq. 1) before and after Optimal Operation Fusion."""
+
+    model: str
+    ops: int
+    ccr_before: float
+    clusters: int | None = None
+    ccr_after: float | None = None
+
+
+def _run(model: str, placement: Placement, devices: DeviceSet) -> PlacerRun:
+    capacity = {d.name: d.memory for d in devices}
+    peaks = dict(placement.peak_memory)
+    return PlacerRun(
+        model=model,
+        placer=placement.placer,
+        step_time=placement.step_time if placement.step_time is not None else math.nan,
+        placement_seconds=placement.placement_seconds,
+        peak_memory=peaks,
+        oom_devices=tuple(name for name, peak in peaks.items() if peak > capacity.get(name, peak)),
+        overcommitted_devices=sum(
+            used > capacity[name] for name, used in placement.memory.items() if name in capacity
+        ),
+    )
+
+
+def compare_placers(
+    graph: CostGraph, devices: DeviceSet, placers: Iterable[str], model: str
+) -> tuple[list[PlacerRun], dict[str, Placement], FusionStats]:
+    """Place ``graph`` on ``devices`` with each placer and simulate the step.
+
+    Parameters
+    ----------
+    graph : CostGraph
+        Costs on the target devices, edges priced by the link's transfer model.
+    devices : DeviceSet
+    placers : iterable of str
+        Names of :data:`tfplace.placer.PLACERS`.
+    model : str
+        The model's name, copied into the records.
+
+    Returns
+    -------
+    runs : list of PlacerRun
+        In the order of ``placers``.
+    placements : dict of str to Placement
+        By placer name.
+    fusion : FusionStats
+        The graph's CCR; clusters and CCR after fusion from the first fusing placer run (none
+        when no placer fuses).
+    """
+    runs, placements = [], {}
+    fusion = FusionStats(model=model, ops=len(graph), ccr_before=ccr(graph))
+    for name in placers:
+        placement = place_cost_graph(graph, devices, name, simulate=True)
+        placements[name] = placement
+        runs.append(_run(model, placement, devices))
+        if name in FUSING_PLACERS and fusion.clusters is None:
+            details = placement.details
+            fusion = FusionStats(
+                model=model,
+                ops=len(graph),
+                ccr_before=fusion.ccr_before,
+                clusters=int(details["clusters"]),
+                ccr_after=float(details["ccr_after"]),
+            )
+    return runs, placements, fusion
+
+
+def fastest_fitting(runs: Sequence[PlacerRun]) -> PlacerRun | None:
+    """The run with the shortest simulated step among those that fit in memory (``None`` if none)."""
+    fitting = [run for run in runs if not run.oom and math.isfinite(run.step_time)]
+    return min(fitting, key=lambda run: run.step_time, default=None)
+
+
+def record_step(graph: CostGraph, placement: Placement, devices: DeviceSet) -> SimulationResult:
+    """Simulate ``placement`` again, recording the schedule (for a timeline)."""
+    return simulate(graph, placement.assignment, devices, record=True)
