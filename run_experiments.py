@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import gc
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ REAL_SIZES: dict[str, tuple[dict[str, Any], int]] = {
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
-    "model", ["inception_v3"], f"Models of models.MODELS, or 'all' for {', '.join(PAPER_MODELS)}."
+    "model", ["inception_v3"], f"Models of models.MODELS; 'all' stands for {', '.join(PAPER_MODELS)}."
 )
 flags.DEFINE_list("knobs", [], "Size knobs key=value given to every model's builder (default: the paper's).")
 flags.DEFINE_integer("batch_size", None, "Batch size to place (default: each model's batch in the paper).")
@@ -132,7 +133,9 @@ def _parse_knobs(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _model_names() -> list[str]:
-    names = list(PAPER_MODELS) if FLAGS.model == ["all"] else list(FLAGS.model)
+    names = list(
+        dict.fromkeys(n for item in FLAGS.model for n in (PAPER_MODELS if item == "all" else [item]))
+    )
     unknown = sorted(set(names) - set(models.MODELS))
     if unknown:
         raise app.UsageError(f"unknown models {unknown}; choose from {', '.join(models.MODELS)} or all")
@@ -339,6 +342,8 @@ def _preamble(
     lines = [
         f"Command: `{command}` ({seconds / 60:.1f} minutes).",
         "",
+        f"Code: {_revision()}.",
+        "",
         f"Targets: {len(devices)} x {FLAGS.device} ({format_bytes(devices.devices[0].memory)} each); "
         f"link t = {link.k:.4g} s/B * bytes + {link.b * 1e6:.0f} us; costs profiled on this machine's CPU "
         "and converted by the device model.",
@@ -349,6 +354,25 @@ def _preamble(
             f"{real_link.b * 1e6:.0f} us."
         )
     return "\n".join(lines) + "\n"
+
+
+def _revision() -> str:
+    """The commit the code is at, and the files changed since (``git`` in the working directory)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    changed = [line[3:] for line in status.stdout.splitlines()]
+    suffix = f", with uncommitted changes to {', '.join(changed)}" if changed else ""
+    return f"commit {commit.stdout.strip()}{suffix}"
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ def test_fusion_statistics_come_from_the_celeritas_placement(training_graph):
     runs, placements, fusion = compare_placers(training_graph, devices, ["m_topo", "celeritas"], "synthetic")
     assert [r.placer for r in runs] == ["m_topo", "celeritas"] and set(placements) == {"m_topo", "celeritas"}
     assert fusion.ops == len(training_graph) and fusion.ccr_before == pytest.approx(ccr(training_graph))
+    assert fusion.memory_bytes == total_memory(training_graph)
+    assert fusion.compute_seconds == pytest.approx(
+        sum(t for _, t in training_graph.nodes(data="compute_time"))
+    )
     assert fusion.clusters == placements["celeritas"].details["clusters"] < len(training_graph)
     assert fusion.ccr_after == placements["celeritas"].details["ccr_after"]
 
@@ -105,7 +109,10 @@ def test_a_model_outside_the_paper_has_no_paper_row():
 
 
 def test_graph_table_sets_ops_and_ccr_beside_the_papers():
-    stats = [FusionStats("transformer", 22822, 95.5, 180, 9.25), FusionStats("tiny", 12, 1.0)]
+    stats = [
+        FusionStats("transformer", 22822, 95.5, 4.25, 360_700_000_000, clusters=180, ccr_after=9.25),
+        FusionStats("tiny", 12, 1.0),
+    ]
     table = graph_table(stats, {"transformer": 33350})
     assert table.rows[0] == (
         "transformer",
@@ -118,8 +125,10 @@ def test_graph_table_sets_ops_and_ccr_beside_the_papers():
         "111.957",
         "9.250",
         "11.100",
+        "4.250",
+        "360.7",
     )
-    assert table.rows[1] == ("tiny", "-", "12", "-", "-", "-", "1.000", "-", "-", "-")
+    assert table.rows[1] == ("tiny", "-", "12", "-", "-", "-", "1.000", "-", "-", "-", "-", "0.0")
 
 
 def summary(mean):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tfplace.costgraph import CostGraph, ccr
+from tfplace.costgraph import CostGraph, ccr, op_memory
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
 from tfplace.placer import place_cost_graph
@@ -62,11 +62,17 @@ class PlacerRun:
 
 @dataclass(frozen=True)
 class FusionStats:
-    """Table 2 for one model: its size and CCR (Eq. 1) before and after Optimal Operation Fusion."""
+    """Table 2 for one model: its size and CCR (Eq. 1) before and after Optimal Operation Fusion.
+
+    ``compute_seconds`` (summed op times) and ``memory_bytes`` (summed op memory, the placers'
+    static estimate) tell how much work and memory the placers share out.
+    """
 
     model: str
     ops: int
     ccr_before: float
+    compute_seconds: float = math.nan
+    memory_bytes: int = 0
     clusters: int | None = None
     ccr_after: float | None = None
 
@@ -113,20 +119,20 @@ def compare_placers(
         when no placer fuses).
     """
     runs, placements = [], {}
-    fusion = FusionStats(model=model, ops=len(graph), ccr_before=ccr(graph))
+    fusion = FusionStats(
+        model=model,
+        ops=len(graph),
+        ccr_before=ccr(graph),
+        compute_seconds=sum(t for _, t in graph.nodes(data="compute_time")),
+        memory_bytes=sum(op_memory(attrs) for _, attrs in graph.nodes(data=True)),
+    )
     for name in placers:
         placement = place_cost_graph(graph, devices, name, simulate=True)
         placements[name] = placement
         runs.append(_run(model, placement, devices))
         if name in FUSING_PLACERS and fusion.clusters is None:
             details = placement.details
-            fusion = FusionStats(
-                model=model,
-                ops=len(graph),
-                ccr_before=fusion.ccr_before,
-                clusters=int(details["clusters"]),
-                ccr_after=float(details["ccr_after"]),
-            )
+            fusion = replace(fusion, clusters=int(details["clusters"]), ccr_after=float(details["ccr_after"]))
     return runs, placements, fusion
 
 

@@ -230,6 +230,8 @@ def graph_table(fusion: Sequence[FusionStats], graph_ops: Mapping[str, int]) -> 
                 _number(paper[2]) if paper else "-",
                 _number(stats.ccr_after),
                 _number(paper[3]) if paper else "-",
+                _number(stats.compute_seconds),
+                _number(stats.memory_bytes / 1e9, 1),
             )
         )
     return Table(
@@ -246,9 +248,16 @@ def graph_table(fusion: Sequence[FusionStats], graph_ops: Mapping[str, int]) -> 
             "paper",
             "CCR after",
             "paper",
+            "compute [s]",
+            "memory estimate [GB]",
         ),
         rows=tuple(rows),
-        notes="CCR (Eq. 1): summed edge transfer times over summed op compute times on the target devices.",
+        notes=(
+            "CCR (Eq. 1): summed edge transfer times over summed op compute times on the target devices. "
+            "Compute: the summed op times on one target device. Memory estimate: the placers' static "
+            "model, every op's persistent, output and temporary bytes summed (an upper bound of the "
+            "memory a step holds at once)."
+        ),
     )
 
 
