@@ -61,6 +61,16 @@ def test_cpd_topo_pushes_children_by_increasing_cpath_so_the_largest_comes_next(
     assert names(graph, cpd_topo_order(graph)) == ["r", "big", "mid", "small"]
 
 
+def test_cpd_topo_breaks_cpath_ties_in_graph_order():
+    graph = index_graph(graph_from_edges([("r", "a", 1), ("r", "b", 1), ("r", "c", 1)]))
+    assert names(graph, cpd_topo_order(graph)) == ["r", "a", "b", "c"]
+
+
+def test_dfs_topo_emits_ready_children_in_graph_order_before_older_ready_ops():
+    graph = index_graph(graph_from_edges([("r", "a", 1), ("r", "b", 1), ("s", "t", 1), ("a", "a1", 1)]))
+    assert names(graph, dfs_topo_order(graph)) == ["r", "a", "a1", "b", "s", "t"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(2, 120), st.integers(0, 10_000))
 def test_every_order_is_topological_and_complete(size, seed):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,17 +49,22 @@ def kahn_order(graph: IndexedGraph) -> list[int]:
 
 
 def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:
-    """``tlevel`` of Eq. 2: the longest path from a source to each op, excluding the op itself."""
+    """``tlevel`` of Eq. 2: the longest path from a source to each op, excluding the op itself.
+
+    ``pred(v_i)`` are the ops with an edge to ``v_i``; a control dependency adds no transfer time.
+    ``order`` is any topological order (default: :func:`kahn_order`).
+    """
     order = kahn_order(graph) if order is None else order
     compute = graph.compute.tolist()
     tlevel = [0.0] * len(graph)
+    finish = [0.0] * len(graph)  # tlevel + compute
     for v in order:
         best = 0.0
         for u, c in zip(graph.pred[v], graph.pred_time[v]):
-            candidate = tlevel[u] + compute[u] + c
-            if candidate > best:
-                best = candidate
+            if finish[u] + c > best:
+                best = finish[u] + c
         tlevel[v] = best
+        finish[v] = best + compute[v]
     return np.asarray(tlevel)
 
 
@@ -78,35 +84,36 @@ def bottom_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np
 
 
 def critical_path_lengths(graph: IndexedGraph) -> np.ndarray:
-    """``cpath = tlevel + blevel``: the longest source-to-sink path through each op."""
+    """``cpath = tlevel + blevel`` (section 5.1.3): the longest path through each op."""
     order = kahn_order(graph)
     return top_levels(graph, order) + bottom_levels(graph, order)
 
 
 def dfs_topo_order(graph: IndexedGraph) -> list[int]:
-    """DFS-TOPO (section 4.2.2): ready ops in graph order, an op's ready children next."""
-    rank = list(range(len(graph)))
-    return _head_insertion_order(graph, initial=range(len(graph)), child_key=lambda v: -rank[v])
+    """DFS-TOPO (section 4.2.2): the queue starts with the sources in graph order; an emitted op's
+    children that became ready go to the head of the queue, the first in graph order at the head."""
+    return _head_insertion_order(graph, initial=range(len(graph)), child_key=lambda v: -v)
 
 
 def cpd_topo_order(graph: IndexedGraph, cpath: np.ndarray | None = None) -> list[int]:
     """CPD-TOPO, function ``CPD_Topo`` of Algorithm 1.
 
-    The ready queue starts with the sources sorted by decreasing ``cpath``; each emitted op's
-    children are sorted by increasing ``cpath`` and those that became ready are pushed on the head
-    one after another, so the ready child with the largest ``cpath`` is emitted next. Ties keep
-    graph order.
+    The queue ``Q`` starts with the sources sorted by decreasing ``cpath`` (lines 10-11); the op at
+    its head is emitted, its children are sorted by increasing ``cpath`` and each that became ready
+    is pushed on the head in turn (lines 17-22), so the ready child with the largest ``cpath``, the
+    one on the critical path, is emitted next. Ties on ``cpath`` go to the op first in graph order.
     """
     cpath = critical_path_lengths(graph) if cpath is None else cpath
     value = cpath.tolist()
     sources = sorted((i for i in range(len(graph)) if not graph.pred[i]), key=lambda i: -value[i])
-    return _head_insertion_order(graph, initial=sources, child_key=value.__getitem__)
+    return _head_insertion_order(graph, initial=sources, child_key=lambda v: (value[v], -v))
 
 
 def _head_insertion_order(
-    graph: IndexedGraph, initial: Sequence[int] | range, child_key: Callable[[int], float]
+    graph: IndexedGraph, initial: Sequence[int] | range, child_key: Callable[[int], Any]
 ) -> list[int]:
-    """Emit the head of a ready queue; push its newly ready children on the head in ``child_key`` order."""
+    """Emit the head of a ready queue; push its newly ready children on the head in increasing
+    ``child_key`` order, so the largest key is emitted next."""
     indegree = [len(p) for p in graph.pred]
     queue = deque(i for i in initial if indegree[i] == 0)
     order: list[int] = []
