@@ -1,14 +1,25 @@
 """Adjusting Placement (Algorithm 2, Eq. 7-9) and Order-Place on coarse graphs."""
 
+import itertools
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, graph_from_edges
+from tfplace.costgraph import CostGraph, op_memory
 from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
 from tfplace.placer.adjusting import adjusting_placement, order_place_clusters
+from tfplace.placer.celeritas import celeritas, order_place
 from tfplace.placer.fusion import coarsen
 from tfplace.placer.ledger import MemoryLedger
+from tfplace.placer.orders import cpd_topo_order
 from tfplace.placer.timeline import Timeline
+from tfplace.simulator import simulate
+from tfplace.synthetic import random_dag
+from tfplace.transfer import TransferModel
 
 
 def devices(count=2, memory=10**9):
@@ -97,3 +108,106 @@ def test_order_place_never_moves_back_to_an_earlier_device():
     graph = graph_from_edges([("a", "b", 1), ("b", "c", 1)], persistent_bytes={"a": 60, "b": 60, "c": 1})
     placed, _, _ = one_op_clusters(graph, devices(2, memory=100), order_place_clusters)
     assert [placed[op] for op in "abc"] == [0, 1, 1]
+
+
+# -- Adjusting Placement against Order-Place (section 5.2's claim) ----------------------------------
+
+FREE_LINK = TransferModel(k=0.0, b=0.0, name="free")
+
+
+def place_both(graph, device_set, exploration_range=1):
+    """Celeritas and Order-Place on the same fusion; returns their outputs."""
+    indexed = index_graph(graph, device_set.typical_link)
+    options = {"exploration_range": exploration_range}
+    return indexed, celeritas(indexed, device_set, **options), order_place(indexed, device_set, **options)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 120), st.integers(0, 10_000), st.integers(2, 4), st.sampled_from([1, 3, 20]))
+def test_adjusting_is_never_slower_than_order_place_when_transfers_are_free_and_one_device_holds_the_graph(
+    size, seed, count, exploration_range
+):
+    # Order-Place then runs everything on device 0 (sum of compute times); Adjusting starts each
+    # cluster at the least EST, which by induction is at most the sum of the earlier clusters' times.
+    graph = random_dag(size, seed=seed, average_degree=2.5, group_fraction=0.2, transfer_model=FREE_LINK)
+    device_set = DeviceSet.parse(f"/device:GPU:0-{count - 1}", 10**12, intra_host=FREE_LINK)
+    indexed, adjusting, ordered = place_both(graph, device_set, exploration_range)
+    assert set(ordered.op_devices.tolist()) == {0}
+    assert ordered.estimated_makespan == pytest.approx(indexed.compute.sum())
+    assert adjusting.estimated_makespan <= ordered.estimated_makespan * (1 + 1e-12)
+    simulated = [simulate(indexed, out.op_devices, device_set).makespan for out in (adjusting, ordered)]
+    assert simulated[0] <= simulated[1] * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(2, 150),
+    st.integers(0, 10_000),
+    st.floats(0.3, 3.0),
+    st.sampled_from([UNIT_LINK, TransferModel.default(), TransferModel(k=1e-9, b=1e-4)]),
+    st.booleans(),
+)
+def test_every_move_returns_the_clusters_results_to_the_previous_device_before_staying_would_have(
+    size, seed, headroom, link, two_hosts
+):
+    # The step of the paper's proof: v moves from d_k to d_1 only if EST(d_1) + back_cost <
+    # EST(d_k), so each successor can have v's outputs on d_k earlier than if v had stayed.
+    graph = random_dag(size, seed=seed, average_degree=2.5, group_fraction=0.2, transfer_model=link)
+    memory = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    names = "/job:w/task:0-1/device:GPU:0-1" if two_hosts else "/device:GPU:0-3"
+    device_set = DeviceSet.parse(names, max(1, int(memory * headroom / 4)), intra_host=link)
+    indexed = index_graph(graph, device_set.typical_link)
+    output = celeritas(indexed, device_set, exploration_range=3)
+    coarse = index_graph(output.details["coarse_graph"])
+    schedule = output.details["schedule"]
+    order = cpd_topo_order(coarse)
+    for previous, v in itertools.pairwise(order):
+        d_k, d_1 = schedule.devices[previous], schedule.devices[v]
+        if v in schedule.best_effort:
+            continue
+        if d_1 == d_k:
+            assert schedule.start[v] == schedule.stay_start[v]
+        elif schedule.stay_start[v] < math.inf:
+            back_cost = max(
+                (coarse.transfer_time(v, k, device_set, d_1, d_k) for k in range(len(coarse.succ[v]))),
+                default=0.0,
+            )
+            assert schedule.finish[v] + back_cost < schedule.stay_start[v] + coarse.compute[v]
+
+
+def test_adjusting_can_be_slower_than_order_place_once_a_move_makes_the_new_device_sticky():
+    # a feeds x and y (10 s each); x sends 100 bytes to j, y 1 byte; j sends 200 bytes to z.
+    # Adjusting keeps x beside a, moves y (gains 9 s > back cost 1 s); j then stays on y's device
+    # (previous cluster) because moving it back would only gain 98 s < its back cost of 200 s,
+    # and waits for x's 100-byte transfer. Order-Place runs all five on one device.
+    graph = graph_from_edges(
+        [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
+        {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
+    )
+    device_set = devices(2)
+    indexed, adjusting, ordered = place_both(graph, device_set)
+    placed = dict(zip(indexed.names, adjusting.op_devices.tolist()))
+    assert placed == {"a": 0, "x": 0, "y": 1, "j": 1, "z": 1}
+    assert adjusting.estimated_makespan == pytest.approx(113)
+    assert ordered.estimated_makespan == pytest.approx(23)
+    assert simulate(indexed, adjusting.op_devices, device_set).makespan == pytest.approx(113)
+    assert simulate(indexed, ordered.op_devices, device_set).makespan == pytest.approx(23)
+
+
+def test_adjusting_can_be_slower_than_order_place_when_its_moves_take_the_memory_a_later_cluster_needs():
+    # Free transfers (control edges only), 100 bytes per device. Adjusting moves b to the idle
+    # device 1, so c no longer fits beside a and queues behind b; d waits for c. Order-Place packs
+    # a and b on device 0 and leaves device 1 to c and d.
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    for name, seconds, nbytes in [("a", 3, 55), ("b", 10, 25), ("c", 1, 55), ("d", 8, 40)]:
+        graph.add_op(name, compute_time=seconds, persistent_bytes=nbytes)
+    graph.add_dependency("a", "d", control=True)
+    graph.add_dependency("c", "d", control=True)
+    device_set = devices(2, memory=100)
+    indexed, adjusting, ordered = place_both(graph, device_set)
+    assert dict(zip(indexed.names, adjusting.op_devices.tolist())) == {"a": 0, "b": 1, "c": 1, "d": 0}
+    assert dict(zip(indexed.names, ordered.op_devices.tolist())) == {"a": 0, "b": 0, "c": 1, "d": 1}
+    assert simulate(indexed, adjusting.op_devices, device_set).makespan == pytest.approx(19)
+    assert simulate(indexed, ordered.op_devices, device_set).makespan == pytest.approx(13)
+    assert adjusting.estimated_makespan == pytest.approx(19)
+    assert ordered.estimated_makespan == pytest.approx(13)

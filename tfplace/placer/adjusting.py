@@ -25,12 +25,25 @@ __all__ = ["ClusterSchedule", "adjusting_placement", "order_place_clusters"]
 
 @dataclass(frozen=True)
 class ClusterSchedule:
-    """Where each cluster went and when the placer expects it to run."""
+    """Where each cluster went and when the placer expects it to run.
+
+    Attributes
+    ----------
+    devices, start, finish : list
+        Device (index into ``devices.all_devices``), start and finish time of each cluster.
+    best_effort : list of int
+        Clusters placed on a device without room for them.
+    stay_start : list of float
+        For Adjusting Placement, ``EST(d_k)`` of each cluster when it was placed: its earliest start
+        on the previous cluster's device (``inf`` when that device lacked memory or cannot run it).
+        For Order-Place, the start on its own device.
+    """
 
     devices: list[int]
     start: list[float]
     finish: list[float]
     best_effort: list[int]
+    stay_start: list[float]
 
     @property
     def makespan(self) -> float:
@@ -50,6 +63,7 @@ class _Scheduler:
         self.device = [-1] * n
         self.start = [0.0] * n
         self.finish = [0.0] * n
+        self.stay_start = [0.0] * n
         self.best_effort: list[int] = []
 
     def earliest_start(self, v: int, d: int) -> float:
@@ -62,14 +76,24 @@ class _Scheduler:
                 ready = arrival
         return self.timelines[d].earliest_start(ready, float(coarse.compute[v]))
 
-    def commit(self, v: int, groups: list[int], d: int, start: float) -> None:
+    def back_cost(self, v: int, src: int, dst: int) -> float:
+        """``back_cost`` of Eq. 8: the longest transfer of ``v``'s outputs to one successor, from
+        device ``src`` back to device ``dst`` (on the link between them)."""
+        coarse = self.coarse
+        return max(
+            (coarse.transfer_time(v, k, self.devices, src, dst) for k in range(len(coarse.succ[v]))),
+            default=0.0,
+        )
+
+    def commit(self, v: int, groups: list[int], d: int, start: float, stay_start: float) -> None:
         self.ledger.commit(groups, d)
         duration = float(self.coarse.compute[v])
         self.timelines[d].reserve(start, duration)
         self.device[v], self.start[v], self.finish[v] = d, start, start + duration
+        self.stay_start[v] = stay_start
 
     def schedule(self) -> ClusterSchedule:
-        return ClusterSchedule(self.device, self.start, self.finish, self.best_effort)
+        return ClusterSchedule(self.device, self.start, self.finish, self.best_effort, self.stay_start)
 
 
 def adjusting_placement(
@@ -78,29 +102,36 @@ def adjusting_placement(
     """Algorithm 2 on the coarse graph; ``members[c]`` are the op positions (in the ledger's graph)
     of cluster ``c``.
 
-    For each cluster ``v_i`` in CPD-TOPO order: ``EST(d)`` is infinite where its memory does not fit,
-    else ``comp_EST``. With ``d_k`` the previous cluster's device and ``d_1`` the device of least EST,
-    ``v_i`` goes to ``d_1`` when ``EST(d_k) - EST(d_1) > back_cost`` (Eq. 9, ``back_cost`` of Eq. 8:
-    the largest transfer out of ``v_i``), else to ``d_k`` when it fits there, else, every device being
-    full, to the device with the lowest memory use (best effort).
+    For each cluster ``v_i`` in CPD-TOPO order: ``EST(d)`` is infinite where its memory does not fit
+    (its ops' unplaced co-location groups, whole), else ``comp_EST`` (Eq. 7, with insertion into idle
+    slots). With ``d_k`` the previous cluster's device and ``d_1`` the device of least EST (ties:
+    lowest index), ``v_i`` goes to ``d_1`` when ``EST(d_k) - EST(d_1) > back_cost`` (Eq. 9), else to
+    ``d_k`` when it fits there, else, every device being full, to the device with the lowest memory
+    use (best effort; the ledger reports the overcommit in bytes). ``back_cost`` (Eq. 8) is the
+    longest transfer from ``v_i`` to one of its successors on the link from ``d_1`` back to ``d_k``.
+    The first cluster has no previous one and counts device 0 as ``d_k``.
+
+    Returns
+    -------
+    ClusterSchedule
+        The placer's schedule; ``stay_start`` holds each ``EST(d_k)``.
     """
     scheduler = _Scheduler(coarse, members, ledger)
-    previous: int | None = None
+    previous = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
         candidates = ledger.candidates(groups)
         est = {d: scheduler.earliest_start(v, d) for d in candidates if ledger.fits(groups, d)}
-        back_cost = max(coarse.succ_time[v], default=0.0)
-        stay = previous if previous is not None else candidates[0]
-        est_stay = est.get(stay, math.inf)
+        stay = est.get(previous, math.inf)
         if est:
             first = min(est, key=lambda d: (est[d], d))
-            chosen = first if est_stay - est[first] > back_cost else stay
+            moves = first != previous and stay - est[first] > scheduler.back_cost(v, first, previous)
+            chosen = first if moves else previous
         else:
             chosen = ledger.least_used(candidates)
             scheduler.best_effort.append(v)
         start = est[chosen] if chosen in est else scheduler.earliest_start(v, chosen)
-        scheduler.commit(v, groups, chosen, start)
+        scheduler.commit(v, groups, chosen, start, stay)
         previous = chosen
     return scheduler.schedule()
 
@@ -118,5 +149,6 @@ def order_place_clusters(
         chosen, current, forced = next_fill_device(ledger, groups, current)
         if forced:
             scheduler.best_effort.append(v)
-        scheduler.commit(v, groups, chosen, scheduler.earliest_start(v, chosen))
+        start = scheduler.earliest_start(v, chosen)
+        scheduler.commit(v, groups, chosen, start, start)
     return scheduler.schedule()

@@ -73,5 +73,6 @@ def _fuse_and_place(
             "best_effort_clusters": len(schedule.best_effort),
             "coarse_graph": fusion.coarse,
             "cluster_devices": schedule.devices,
+            "schedule": schedule,
         },
     )
