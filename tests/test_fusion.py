@@ -4,14 +4,17 @@ import itertools
 import math
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
+from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
+from tfplace.placer.celeritas import celeritas
 from tfplace.placer.fusion import coarsen, fuse, optimal_breakpoints
-from tfplace.placer.orders import cpd_topo_order
+from tfplace.placer.orders import cpd_topo_order, dfs_topo_order, kahn_order
 from tfplace.synthetic import random_dag
 
 
@@ -94,10 +97,68 @@ def test_control_edges_between_clusters_are_kept_with_zero_bytes():
     assert coarse.edges["cluster0", "cluster1"]["bytes"] == 0
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.integers(1, 300), st.integers(0, 100_000), st.integers(1, 40), st.floats(1e5, 1e8))
-def test_fusion_never_creates_a_cycle(size, seed, R, M):
-    graph = index_graph(random_dag(size, seed=seed, average_degree=3, locality=30))
-    fusion = fuse(graph, cpd_topo_order(graph), R, M)
+def random_topological_order(graph, rng):
+    """Kahn's algorithm taking a random ready op each time: any topological order can come out."""
+    indegree = [len(p) for p in graph.pred]
+    ready = [op for op in range(len(graph)) if not indegree[op]]
+    order = []
+    while ready:
+        op = ready.pop(int(rng.integers(len(ready))))
+        order.append(op)
+        for child in graph.succ[op]:
+            indegree[child] -= 1
+            if not indegree[child]:
+                ready.append(child)
+    return order
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(0, 100_000),
+    st.floats(0.5, 4.0),
+    st.integers(2, 80),
+    st.sampled_from(["cpd_topo", "dfs_topo", "kahn", "random"]),
+    st.sampled_from([1, 2, 7, 40, 200]),
+    st.sampled_from([1e4, 1e6, 1e7, math.inf]),
+)
+def test_fusion_never_creates_a_cycle(size, seed, degree, locality, order_name, R, M):
+    # Lemma 2: clusters are runs of a topological order, so every coarse edge goes forward.
+    graph = index_graph(
+        random_dag(size, seed=seed, average_degree=degree, locality=locality, group_fraction=0.2)
+    )
+    orders = {
+        "cpd_topo": cpd_topo_order,
+        "dfs_topo": dfs_topo_order,
+        "kahn": kahn_order,
+        "random": lambda g: random_topological_order(g, np.random.default_rng(seed)),
+    }
+    fusion = fuse(graph, orders[order_name](graph), R, M)
     assert nx.is_directed_acyclic_graph(fusion.coarse)
     assert sorted(op for members in fusion.members for op in members) == list(range(size))
+    cluster = fusion.cluster_of
+    crossing = {
+        (cluster[u], cluster[v]) for u in range(size) for v in graph.succ[u] if cluster[u] != cluster[v]
+    }
+    coarse_edges = {(int(a[len("cluster") :]), int(b[len("cluster") :])) for a, b in fusion.coarse.edges}
+    assert coarse_edges == crossing
+    assert all(a < b for a, b in coarse_edges)
+
+
+def test_merging_ops_that_are_not_adjacent_in_a_topological_order_creates_a_cycle():
+    # Figure 4: merging m and n around y (m -> y -> n, m -> n) gives the cycle X -> y -> X, which
+    # the property above would catch if fusion ever cut anything but a topological order.
+    graph = index_graph(graph_from_edges([("m", "y", 1), ("y", "n", 1), ("m", "n", 1)]))
+    m, y, n = (graph.index[name] for name in "myn")
+    fusion = coarsen(graph, [m, n, y], [0, 2, 3])
+    assert not nx.is_directed_acyclic_graph(fusion.coarse)
+
+
+def test_celeritas_fuses_with_r_200_and_a_quarter_of_the_smallest_device_by_default():
+    # A chain of 1000 ops of 1 MB and a 1-byte output each, all edges equal: the fewest clusters
+    # win, as long as R and M allow.
+    graph = index_graph(chain_graph([1] * 1000, [1] * 999, memory=[10**6] * 1000))
+    roomy = DeviceSet.parse("/device:GPU:0-1", [10**12, 10**12])
+    assert celeritas(graph, roomy).details["clusters"] == 5  # 200 ops per cluster (R)
+    tight = DeviceSet.parse("/device:GPU:0-1", [4 * 10**12, 4 * 100 * (10**6 + 1)])
+    assert celeritas(graph, tight).details["clusters"] == 10  # 100 ops per cluster (M)
