@@ -6,17 +6,20 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import time
 
 import numpy as np
 import pytest
 
 from helpers import reported_overcommits
-from tfplace.costgraph import CostGraph, CostGraphError, load_json, save_json
+from tfplace.costgraph import CostGraph, CostGraphError, find_cycle_ops, load_json, save_json
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placer import PLACERS, place_cost_graph, placer_function
 from tfplace.simulator import simulate
-from tfplace.synthetic import random_dag
+from tfplace.synthetic import layered_training_graph, random_dag
 
 
 def gpus(count: int, memory: int) -> DeviceSet:
@@ -45,6 +48,27 @@ def test_every_placer_refuses_a_cyclic_cost_graph_naming_the_ops_on_the_cycle(pl
 def test_the_simulator_refuses_a_cyclic_cost_graph_naming_the_ops_on_the_cycle():
     with pytest.raises(CostGraphError, match=r"cycle.*(b -> c -> b|c -> b -> c)"):
         simulate(cyclic_graph(), np.zeros(4, dtype=np.int64), gpus(2, 1000))
+
+
+def test_a_cycle_deep_in_a_large_graph_is_named_and_the_acyclic_graph_validates_in_linear_time():
+    graph = layered_training_graph(20_000)
+    start = time.perf_counter()
+    graph.validate()
+    assert time.perf_counter() - start < 10  # networkx's find_cycle alone took 160 s here
+    graph.add_dependency("grad/layer0/addn", "layer300/read", control=True)
+    cycle = find_cycle_ops(graph)
+    assert cycle[0] == cycle[-1] and all(graph.has_edge(a, b) for a, b in itertools.pairwise(cycle))
+    assert ("grad/layer0/addn", "layer300/read") in set(itertools.pairwise(cycle))
+    with pytest.raises(CostGraphError, match=rf"cycle through {len(cycle)} ops: {re.escape(cycle[0])} -> "):
+        graph.validate()
+
+
+def test_an_op_depending_on_itself_is_a_cycle_of_one_op():
+    graph = CostGraph()
+    graph.add_op("a")
+    graph.add_dependency("a", "a", control=True)
+    with pytest.raises(CostGraphError, match="cycle through 2 ops: a -> a"):
+        graph.validate()
 
 
 # -- memory --------------------------------------------------------------------------------------

@@ -281,12 +281,19 @@ def edge_time(attrs: Mapping[str, Any], model: TransferModel) -> float:
 
 
 def find_cycle_ops(graph: nx.DiGraph) -> list[str]:
-    """Return the ops of one directed cycle in ``graph`` in order, or ``[]`` when it is acyclic."""
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
+    """Return the ops of one directed cycle in ``graph`` in order, or ``[]`` when it is acyclic.
+
+    Linear in the graph's size: ``nx.find_cycle`` alone restarts its search from every op and
+    takes minutes on an acyclic graph of 20,000 ops, so the cycle is looked for only inside a
+    strongly connected component that has one.
+    """
+    if nx.is_directed_acyclic_graph(graph):
         return []
-    return [str(src) for src, _ in cycle] + [str(cycle[0][0])]
+    for component in nx.strongly_connected_components(graph):
+        if len(component) > 1 or any(graph.has_edge(op, op) for op in component):
+            cycle = nx.find_cycle(graph.subgraph(component))
+            return [str(src) for src, _ in cycle] + [str(cycle[0][0])]
+    return []
 
 
 def output_bytes(graph: nx.DiGraph, op: str) -> int:
