@@ -27,12 +27,13 @@ Run from the repository root:
 from __future__ import annotations
 
 import csv
-import gc
+import multiprocessing
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,13 @@ def _estimate(spec: models.ModelSpec, batch_size: int, profile_batch_sizes: Sequ
     )
 
 
+def _link() -> TransferModel:
+    """The transfer model of ``--comm_coeffs``."""
+    if len(FLAGS.comm_coeffs) != 2:
+        raise app.UsageError(f"--comm_coeffs takes k,b; got {FLAGS.comm_coeffs}")
+    return TransferModel(float(FLAGS.comm_coeffs[0]), float(FLAGS.comm_coeffs[1]), name="comm_coeffs")
+
+
 def target_devices(link: TransferModel) -> DeviceSet:
     """``--num_devices`` GPUs of ``--device_memory`` (default: the device model's) on ``link``."""
     memory = parse_memory(FLAGS.device_memory) if FLAGS.device_memory else DEVICE_MODELS[FLAGS.device].memory
@@ -197,6 +205,14 @@ def place_model(
             cache_dir=FLAGS.cache_dir,
         )
     return runs, fusion, len(spec.graph.get_operations()), accuracy
+
+
+def _place_model_in_child(
+    argv: list[str], name: str
+) -> tuple[list[PlacerRun], FusionStats, int, AccuracyReport | None]:
+    """:func:`place_model` in a fresh process, which parses the command line ``argv`` again."""
+    FLAGS(argv)
+    return place_model(name, target_devices(_link()), Path(FLAGS.output_dir))
 
 
 def real_runs(name: str, cluster: Any, link: TransferModel) -> list[RealRun]:
@@ -298,10 +314,7 @@ def main(argv: Sequence[str]) -> None:
     unknown = sorted(set(FLAGS.placers) - set(PLACERS))
     if unknown:
         raise app.UsageError(f"unknown placers {unknown}; choose from {', '.join(PLACERS)}")
-    if len(FLAGS.comm_coeffs) != 2:
-        raise app.UsageError(f"--comm_coeffs takes k,b; got {FLAGS.comm_coeffs}")
-    link = TransferModel(float(FLAGS.comm_coeffs[0]), float(FLAGS.comm_coeffs[1]), name="comm_coeffs")
-    devices = target_devices(link)
+    devices = target_devices(_link())
     output_dir = Path(FLAGS.output_dir)
     (output_dir / "graphs").mkdir(parents=True, exist_ok=True)
 
@@ -309,16 +322,19 @@ def main(argv: Sequence[str]) -> None:
     fusion: list[FusionStats] = []
     graph_ops: dict[str, int] = {}
     accuracy: dict[str, AccuracyReport] = {}
-    for name in names:
-        model_started = time.perf_counter()
-        model_runs, stats, ops, report = place_model(name, devices, output_dir)
-        runs += model_runs
-        fusion.append(stats)
-        graph_ops[stats.model] = ops
-        if report is not None:
-            accuracy[stats.model] = report
-        logging.info("%s done in %.0f s", name, time.perf_counter() - model_started)
-        gc.collect()
+    # one process per model: TensorFlow keeps the memory of a large model's sessions until its
+    # process ends (about 18 GB after the NMT), which the next model would need
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn, max_tasks_per_child=1) as pool:
+        for name in names:
+            model_started = time.perf_counter()
+            model_runs, stats, ops, report = pool.submit(_place_model_in_child, list(sys.argv), name).result()
+            runs += model_runs
+            fusion.append(stats)
+            graph_ops[stats.model] = ops
+            if report is not None:
+                accuracy[stats.model] = report
+            logging.info("%s done in %.0f s", name, time.perf_counter() - model_started)
     tables: list[Table] = [graph_table(fusion, graph_ops), step_time_table(runs), placement_time_table(runs)]
     if accuracy:
         tables.append(accuracy_table(accuracy))
@@ -329,16 +345,15 @@ def main(argv: Sequence[str]) -> None:
     write_runs_csv(runs, output_dir / "runs.csv")
     plot_step_times(runs, output_dir / "step_times.png")
     seconds = time.perf_counter() - started
-    preamble = _preamble(devices, link, real_link, seconds)
+    preamble = _preamble(devices, real_link, seconds)
     path = write_tables(tables, output_dir, preamble=preamble)
     print(path.read_text())
 
 
-def _preamble(
-    devices: DeviceSet, link: TransferModel, real_link: TransferModel | None, seconds: float
-) -> str:
+def _preamble(devices: DeviceSet, real_link: TransferModel | None, seconds: float) -> str:
     """The command, the setting and the running time, above the tables."""
     command = shlex.join(["python", *sys.argv])
+    link = devices.typical_link
     lines = [
         f"Command: `{command}` ({seconds / 60:.1f} minutes).",
         "",
