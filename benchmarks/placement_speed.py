@@ -1,14 +1,23 @@
 """Placement speed: seconds and peak memory of each placer on synthetic and real cost graphs.
 
-Prints one JSON line per (placer, graph): ``{"placer", "graph", "ops", "edges", "seconds",
-"peak_rss_mb", "clusters"}``. Each placement runs in a fresh subprocess so that its peak memory
-is its own; ``seconds`` covers indexing and placing (Celeritas Table 4 excludes profiling), not
-loading the graph or simulating. Synthetic graphs are layered training graphs
-(:func:`tfplace.synthetic.layered_training_graph`) on 4 devices that together hold 2.5 times
-the graph's memory; real graphs are the cost graphs under ``results/graphs/``.
+Prints one JSON line per (placer, graph)::
+
+    {"placer", "graph", "ops", "edges", "seconds", "graph_rss_mb", "peak_rss_mb", "clusters", "load"}
+
+``seconds`` is :func:`tfplace.placer.place_cost_graph`'s ``placement_seconds`` with
+``simulate=False``: indexing the graph and placing it (Celeritas Table 4 excludes profiling), not
+building or loading the graph. Each placement runs in a fresh subprocess so that its memory is its
+own: ``graph_rss_mb`` is the process's resident memory once the graph is built, ``peak_rss_mb`` its
+peak after placing (the difference is the placer's). ``load`` is the 1-minute load average when the
+placement started: the machine is shared, so compare numbers measured side by side.
+
+Synthetic graphs are layered training graphs (:func:`tfplace.synthetic.layered_training_graph`,
+built in the subprocess from the op count); real graphs are the cost graphs matching
+``--real_graphs``. Devices: ``--num_devices`` GPUs that together hold ``--memory_headroom`` times
+the graph's static memory.
 
     python benchmarks/placement_speed.py                      # every placer, 6k / 36k / 200k ops
-    python benchmarks/placement_speed.py --placers=celeritas,m_etf --sizes=36000
+    python benchmarks/placement_speed.py --placers=celeritas --sizes=36000,200000
 """
 
 from __future__ import annotations
@@ -19,15 +28,12 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
-import time
 
 from absl import app, flags
 
-from tfplace.costgraph import load_json, op_memory, save_json
+from tfplace.costgraph import CostGraph, load_json, op_memory
 from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
-from tfplace.placer import PLACERS, placer_function
+from tfplace.placer import PLACERS, place_cost_graph
 from tfplace.synthetic import layered_training_graph
 
 FLAGS = flags.FLAGS
@@ -35,41 +41,57 @@ flags.DEFINE_list("placers", list(PLACERS), "Placers to time.")
 flags.DEFINE_list("sizes", ["6000", "36000", "200000"], "Op counts of the synthetic graphs.")
 flags.DEFINE_string("real_graphs", "results/graphs/*.json*", "Glob of real cost graphs to time too.")
 flags.DEFINE_integer("num_devices", 4, "Devices to place on.")
-flags.DEFINE_float("memory_headroom", 2.5, "Total device memory over the graph's memory.")
+flags.DEFINE_float("memory_headroom", 2.5, "Total device memory over the graph's static memory.")
 flags.DEFINE_integer("timeout", 900, "Seconds before one placement is reported as timed out.")
-flags.DEFINE_string("one", None, "Internal: time one placement: placer,graph_path.")
+flags.DEFINE_string("one", None, "Internal: time one placement: placer,graph (an op count or a path).")
 
 
-def time_one(placer: str, path: str) -> dict[str, object]:
-    """Load a graph, then index and place it once; report seconds and this process's peak RSS."""
-    graph = load_json(path)
+def load_graph(graph: str) -> CostGraph:
+    """A synthetic layered graph of ``graph`` ops when it is a number, else the cost graph file."""
+    return layered_training_graph(int(graph)) if graph.isdigit() else load_json(graph)
+
+
+def device_set(graph: CostGraph, num_devices: int, headroom: float) -> DeviceSet:
+    """``num_devices`` GPUs holding ``headroom`` times the graph's static memory between them."""
     total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
-    memory = max(1, int(total * FLAGS.memory_headroom / FLAGS.num_devices))
-    devices = DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", memory)
-    start = time.perf_counter()
-    indexed = index_graph(graph, devices.typical_link)
-    output = placer_function(placer)(indexed, devices)
-    seconds = time.perf_counter() - start
+    return DeviceSet.parse(f"/device:GPU:0-{num_devices - 1}", max(1, int(total * headroom / num_devices)))
+
+
+def rss_mb() -> int:
+    """Peak resident memory of this process so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+def time_one(placer: str, graph_spec: str) -> dict[str, object]:
+    """Build or load a graph, then index and place it once; report seconds and memory."""
+    graph = load_graph(graph_spec)
+    devices = device_set(graph, FLAGS.num_devices, FLAGS.memory_headroom)
+    graph_rss = rss_mb()
+    load = os.getloadavg()[0]
+    placement = place_cost_graph(graph, devices, placer, simulate=False)
     return {
         "placer": placer,
-        "graph": graph.graph.get("name", os.path.basename(path)),
+        "graph": graph.graph.get("name", os.path.basename(graph_spec)),
         "ops": graph.number_of_nodes(),
         "edges": graph.number_of_edges(),
-        "seconds": round(seconds, 3),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-        "clusters": output.details.get("clusters"),
+        "seconds": round(placement.placement_seconds, 3),
+        "graph_rss_mb": graph_rss,
+        "peak_rss_mb": rss_mb(),
+        "clusters": placement.details.get("clusters"),
+        "load": round(load, 2),
     }
 
 
-def run_isolated(placer: str, path: str) -> dict[str, object]:
-    command = [sys.executable, __file__, f"--one={placer},{path}"]
+def run_isolated(placer: str, graph_spec: str) -> dict[str, object]:
+    """:func:`time_one` in a fresh interpreter; a crash or timeout becomes an ``error`` entry."""
+    command = [sys.executable, __file__, f"--one={placer},{graph_spec}"]
     command += [f"--num_devices={FLAGS.num_devices}", f"--memory_headroom={FLAGS.memory_headroom}"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=FLAGS.timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"placer": placer, "graph": path, "error": f"timed out after {FLAGS.timeout} s"}
+        return {"placer": placer, "graph": graph_spec, "error": f"timed out after {FLAGS.timeout} s"}
     if done.returncode != 0:
-        return {"placer": placer, "graph": path, "error": done.stderr.strip().splitlines()[-1:]}
+        return {"placer": placer, "graph": graph_spec, "error": done.stderr.strip().splitlines()[-1:]}
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -77,19 +99,12 @@ def run_isolated(placer: str, path: str) -> dict[str, object]:
 def main(argv: list[str]) -> None:
     del argv
     if FLAGS.one:
-        placer, path = FLAGS.one.split(",", 1)
-        print(json.dumps(time_one(placer, path)))
+        placer, graph_spec = FLAGS.one.split(",", 1)
+        print(json.dumps(time_one(placer, graph_spec)))
         return
-    with tempfile.TemporaryDirectory() as scratch:
-        paths = []
-        for size in map(int, FLAGS.sizes):
-            path = os.path.join(scratch, f"layered_{size}.json")
-            save_json(layered_training_graph(size), path)
-            paths.append(path)
-        paths += sorted(glob.glob(FLAGS.real_graphs))
-        for path in paths:
-            for placer in FLAGS.placers:
-                print(json.dumps(run_isolated(placer, path)), flush=True)
+    for graph_spec in [*FLAGS.sizes, *sorted(glob.glob(FLAGS.real_graphs))]:
+        for placer in FLAGS.placers:
+            print(json.dumps(run_isolated(placer, graph_spec)), flush=True)
 
 
 if __name__ == "__main__":
