@@ -160,6 +160,7 @@ def run_placement(
     feed_fn : callable
         ``feed_fn(batch_size)`` returns the feed dict; it is called once and fed to every step.
     batch_size : int
+        The batch size ``feed_fn`` is called with.
     steps : int
         Timed steps, after the warm-up.
     warmup_steps : int
