@@ -16,8 +16,10 @@ STEPS = 20
 DEVICES = 4
 RUN_BATCH = 4
 
-#: Small variants of two benchmark models: convolutions only, and attention with embeddings and Adam.
+#: Small variants of three benchmark models: Inception V3 (batch norm, thousands of co-located ops),
+#: convolutions only, and attention with embeddings and Adam.
 MODELS = {
+    "inception_v3": {"image_size": 75, "classes": 10},
     "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
     "transformer": {
         "layers": 2,
