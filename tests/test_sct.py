@@ -7,6 +7,7 @@ from helpers import UNIT_LINK, chain_graph
 from tfplace.costgraph import CostGraph
 from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
+from tfplace.placer import place_cost_graph
 from tfplace.placer.base import check_constraints
 from tfplace.placer.etf import m_etf, m_sct
 from tfplace.placer.favorite_child import NO_FAVORITE, favorite_children
@@ -96,3 +97,10 @@ def test_when_the_lp_runs_out_of_time_m_sct_falls_back_to_m_etf_with_a_warning()
     assert output.details["lp"]["status"] == 1
     assert "not solved" in output.details["warning"]
     assert output.op_devices.tolist() == m_etf(graph, devices).op_devices.tolist()
+
+
+def test_place_cost_graph_passes_on_the_warning_that_m_sct_fell_back_to_m_etf():
+    devices = DeviceSet.parse("/device:GPU:0-1", "16GB")
+    graph = random_dag(2000, seed=6)
+    placement = place_cost_graph(graph, devices, "m_sct", simulate=False, lp_time_limit=0.0)
+    assert any("not solved" in warning and "m-ETF" in warning for warning in placement.warnings)

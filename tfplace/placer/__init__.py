@@ -59,7 +59,8 @@ def place_cost_graph(
     ``peak_memory`` and ``utilization`` come from the simulator when ``simulate`` is true, so that
     every placer is scored by the same model. ``placement_seconds`` covers indexing the graph and
     placing it, as Celeritas Table 4 counts it. ``warnings`` say when memory does not suffice
-    (:func:`~tfplace.placer.capacity.capacity_warnings`). An empty graph gives an empty placement
+    (:func:`~tfplace.placer.capacity.capacity_warnings`) and repeat the placer's own warning
+    (``details["warning"]``: m-SCT's unsolved LP). An empty graph gives an empty placement
     with a step time of 0.
 
     Raises
@@ -84,7 +85,8 @@ def place_cost_graph(
         placer=placer,
         memory=used,
         placement_seconds=seconds,
-        warnings=capacity_warnings(ledger),
+        warnings=capacity_warnings(ledger)
+        + ([output.details["warning"]] if "warning" in output.details else []),
         details=output.details,
     )
     if simulate:
