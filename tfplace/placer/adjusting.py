@@ -53,9 +53,8 @@ class ClusterSchedule:
 class _Scheduler:
     """Earliest start times of clusters on devices (Eq. 7), with the ledger for memory."""
 
-    def __init__(self, coarse: IndexedGraph, members: Sequence[Sequence[int]], ledger: MemoryLedger):
+    def __init__(self, coarse: IndexedGraph, ledger: MemoryLedger):
         self.coarse = coarse
-        self.members = members
         self.ledger = ledger
         self.devices: DeviceSet = ledger.devices
         self.timelines = [Timeline() for _ in self.devices.all_devices]
@@ -116,7 +115,7 @@ def adjusting_placement(
     ClusterSchedule
         The placer's schedule; ``stay_start`` holds each ``EST(d_k)``.
     """
-    scheduler = _Scheduler(coarse, members, ledger)
+    scheduler = _Scheduler(coarse, ledger)
     previous = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
@@ -142,7 +141,7 @@ def order_place_clusters(
     """Order-Place (section 6.2.2): clusters in CPD-TOPO order fill one device up to its memory
     limit, then the next; best effort when none is left. The schedule is built as in
     :func:`adjusting_placement`, so that both are compared on the same terms."""
-    scheduler = _Scheduler(coarse, members, ledger)
+    scheduler = _Scheduler(coarse, ledger)
     current = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])

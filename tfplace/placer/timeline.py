@@ -24,11 +24,6 @@ class Timeline:
         """When the device's last reserved interval ends (``0`` when idle)."""
         return self._ends[-1] if self._ends else 0.0
 
-    @property
-    def busy(self) -> float:
-        """Total reserved seconds."""
-        return sum(self._ends) - sum(self._starts)
-
     def earliest_start(self, ready: float, duration: float) -> float:
         """The earliest ``t >= ready`` with ``[t, t + duration)`` free."""
         starts, ends = self._starts, self._ends
