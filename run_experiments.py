@@ -212,6 +212,8 @@ def _place_model_in_child(
 ) -> tuple[list[PlacerRun], FusionStats, int, AccuracyReport | None]:
     """:func:`place_model` in a fresh process, which parses the command line ``argv`` again."""
     FLAGS(argv)
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
     return place_model(name, target_devices(_link()), Path(FLAGS.output_dir))
 
 
@@ -290,6 +292,7 @@ def write_runs_csv(runs: Sequence[PlacerRun], path: Path) -> None:
                 "placement_seconds",
                 "max_peak_bytes",
                 "overcommitted_devices",
+                "bytes_moved",
             ]
         )
         for run in runs:
@@ -302,6 +305,7 @@ def write_runs_csv(runs: Sequence[PlacerRun], path: Path) -> None:
                     f"{run.placement_seconds:.6f}",
                     max(run.peak_memory.values(), default=0),
                     run.overcommitted_devices,
+                    run.bytes_moved,
                 ]
             )
 

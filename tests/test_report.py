@@ -46,7 +46,7 @@ def test_a_device_whose_simulated_peak_exceeds_its_memory_is_out_of_memory(train
     (roomy,), _, _ = compare_placers(training_graph, large, ["single"], "synthetic")
     assert tight.oom and tight.oom_devices == ("/device:GPU:0",)
     assert tight.peak_memory["/device:GPU:0"] > small.memory_of(0)
-    assert not roomy.oom and roomy.overcommitted_devices == 0
+    assert not roomy.oom and roomy.overcommitted_devices == 0 and roomy.bytes_moved == 0
 
 
 def test_fusion_statistics_come_from_the_celeritas_placement(training_graph):
@@ -66,6 +66,21 @@ def test_without_a_fusing_placer_there_are_no_cluster_statistics(training_graph)
     devices = DeviceSet.parse("/device:GPU:0-1", "1TB")
     _, _, fusion = compare_placers(training_graph, devices, ["m_topo"], "synthetic")
     assert fusion.clusters is None and fusion.ccr_after is None
+
+
+def test_a_placement_over_two_devices_moves_the_bytes_of_the_tensors_it_cuts(training_graph):
+    devices = DeviceSet.parse("/device:GPU:0-1", total_memory(training_graph) * 4)
+    (split,), placements, _ = compare_placers(training_graph, devices, ["metis"], "synthetic")
+    placed = placements["metis"].assignment
+    cut = {
+        (src, slot, placed[dst])
+        for src, dst, attrs in training_graph.edges(data=True)
+        if placed[src] != placed[dst]
+        for slot in attrs["slots"]
+    }
+    assert cut and split.bytes_moved == sum(
+        training_graph.nodes[src]["output_sizes"][slot] for src, slot, _ in cut
+    )
 
 
 def test_recording_the_step_again_gives_the_placements_step_time(training_graph):

@@ -1,11 +1,11 @@
 """Compare placers on one cost graph, as Celeritas Tables 3 and 4 do: step time, memory, placing time.
 
-Every placer places the same graph on the same devices and is scored by the same simulator
-(:func:`tfplace.placer.place_cost_graph`). A placement *runs out of memory* when a device's
-simulated peak exceeds its capacity: the simulator's out-of-memory event, the step TensorFlow
-could not run (the paper's "OOM"). The placers' static estimate of memory (every output kept) is
-more pessimistic than the simulated peak; where it exceeds a device, the placer placed by best
-effort, which is counted separately. No TensorFlow is needed.
+Every placer places the same graph on the same devices (:func:`tfplace.placer.place_cost_graph`)
+and is scored by the same simulator (:func:`tfplace.simulator.simulate`). A placement *runs out of
+memory* when the simulator reports an out-of-memory event, a device holding more than its capacity
+at some moment: the step TensorFlow could not run (the paper's "OOM"). The placers' static estimate
+of memory (every output kept) is more pessimistic than the simulated peak; where it exceeds a
+device, the placer placed by best effort, which is counted separately. No TensorFlow is needed.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ class PlacerRun:
     peak_memory : dict of str to int
         Simulated peak bytes of each device that held anything.
     oom_devices : tuple of str
-        Devices whose simulated peak exceeds their memory.
+        Devices that ran out of memory in the simulated step (their peak exceeds their memory).
     overcommitted_devices : int
         Devices the placer's static memory estimate overfills (it placed by best effort).
+    bytes_moved : int
+        Bytes sent between devices in the step.
     """
 
     model: str
@@ -53,6 +55,7 @@ class PlacerRun:
     peak_memory: dict[str, int] = field(default_factory=dict)
     oom_devices: tuple[str, ...] = ()
     overcommitted_devices: int = 0
+    bytes_moved: int = 0
 
     @property
     def oom(self) -> bool:
@@ -77,19 +80,19 @@ class FusionStats:
     ccr_after: float | None = None
 
 
-def _run(model: str, placement: Placement, devices: DeviceSet) -> PlacerRun:
+def _run(model: str, placement: Placement, result: SimulationResult, devices: DeviceSet) -> PlacerRun:
     capacity = {d.name: d.memory for d in devices}
-    peaks = dict(placement.peak_memory)
     return PlacerRun(
         model=model,
         placer=placement.placer,
-        step_time=placement.step_time if placement.step_time is not None else math.nan,
+        step_time=float(result.makespan),
         placement_seconds=placement.placement_seconds,
-        peak_memory=peaks,
-        oom_devices=tuple(name for name, peak in peaks.items() if peak > capacity.get(name, peak)),
+        peak_memory=dict(placement.peak_memory),
+        oom_devices=tuple(event.device for event in result.oom),
         overcommitted_devices=sum(
             used > capacity[name] for name, used in placement.memory.items() if name in capacity
         ),
+        bytes_moved=int(result.bytes_moved),
     )
 
 
@@ -127,9 +130,11 @@ def compare_placers(
         memory_bytes=sum(op_memory(attrs) for _, attrs in graph.nodes(data=True)),
     )
     for name in placers:
-        placement = place_cost_graph(graph, devices, name, simulate=True)
+        placed = place_cost_graph(graph, devices, name, simulate=False)
+        result = simulate(graph, placed.assignment, devices)
+        placement = placed.with_simulation(result)
         placements[name] = placement
-        runs.append(_run(model, placement, devices))
+        runs.append(_run(model, placement, result, devices))
         if name in FUSING_PLACERS and fusion.clusters is None:
             details = placement.details
             fusion = replace(fusion, clusters=int(details["clusters"]), ccr_after=float(details["ccr_after"]))
