@@ -12,7 +12,8 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
+from operator import itemgetter, methodcaller
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -105,19 +106,19 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
     ops = [attrs for _, attrs in graph.nodes(data=True)]
-    output_sizes = [attrs["output_sizes"] for attrs in ops]
-    group, group_members = _colocation_groups([attrs["colocation_group"] for attrs in ops])
+    output_sizes = _column(ops, "output_sizes")
+    group, group_members = _colocation_groups(_column(ops, "colocation_group"))
     adjacency = [successors for _, successors in graph.adjacency()]
     outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
     edges = [attrs for successors in adjacency for attrs in successors.values()]
     dst = np.fromiter(
-        (index[v] for successors in adjacency for v in successors), dtype=np.int64, count=len(edges)
+        map(index.__getitem__, chain.from_iterable(adjacency)), dtype=np.int64, count=len(edges)
     )
-    nbytes = [attrs["bytes"] for attrs in edges]
-    slots = [attrs["slots"] for attrs in edges]
+    nbytes = _column(edges, "bytes")
+    slots = _column(edges, "slots")
     transfer_counts = _transfer_counts(edges, nbytes, slots)
     if link is None:
-        times = [attrs["transfer_time"] for attrs in edges]
+        times = _column(edges, "transfer_time")
     else:
         size = np.asarray(nbytes, dtype=float)
         times = np.where(size > 0, link.k * size + link.b * transfer_counts, 0.0).tolist()
@@ -130,11 +131,11 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
     return IndexedGraph(
         names=names,
         index=index,
-        compute=np.fromiter((attrs["compute_time"] for attrs in ops), dtype=float, count=n),
-        persistent=np.fromiter((attrs["persistent_bytes"] for attrs in ops), dtype=np.int64, count=n),
+        compute=np.array(_column(ops, "compute_time"), dtype=float),
+        persistent=np.array(_column(ops, "persistent_bytes"), dtype=np.int64),
         outputs=np.fromiter(map(sum, output_sizes), dtype=np.int64, count=n),
-        temporary=np.fromiter((attrs["temporary_bytes"] for attrs in ops), dtype=np.int64, count=n),
-        kinds=[attrs["device_kinds"] for attrs in ops],
+        temporary=np.array(_column(ops, "temporary_bytes"), dtype=np.int64),
+        kinds=_column(ops, "device_kinds"),
         output_sizes=output_sizes,
         succ=_split(dst.tolist(), succ_bounds),
         succ_time=_split(times, succ_bounds),
@@ -155,11 +156,15 @@ def _transfer_counts(
 ) -> np.ndarray:
     """:func:`~tfplace.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
     or one without bytes, else the recorded ``transfers`` or one per slot (at least one)."""
-    recorded = np.fromiter((attrs.get("transfers", -1) for attrs in edges), dtype=np.int64, count=len(edges))
+    recorded = np.array(list(map(methodcaller("get", "transfers", -1), edges)), dtype=np.int64)
     per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=len(edges)))
-    carries = np.asarray(nbytes, dtype=np.int64) > 0
-    carries &= ~np.fromiter((attrs["control"] for attrs in edges), dtype=bool, count=len(edges))
+    carries = (np.array(nbytes, dtype=np.int64) > 0) & ~np.array(_column(edges, "control"), dtype=bool)
     return np.where(carries, np.where(recorded >= 0, recorded, per_slot), 0)
+
+
+def _column(records: list[dict[str, Any]], key: str) -> list[Any]:
+    """``record[key]`` of every record."""
+    return list(map(itemgetter(key), records))
 
 
 def _colocation_groups(keys: list[str | None]) -> tuple[np.ndarray, list[list[int]]]:
