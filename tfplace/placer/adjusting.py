@@ -114,6 +114,17 @@ def adjusting_placement(
     -------
     ClusterSchedule
         The placer's schedule; ``stay_start`` holds each ``EST(d_k)``.
+
+    Notes
+    -----
+    Section 5.2 claims every adjustment keeps the running time at or below Order-Place's. What its
+    proof shows holds for each move: ``v_i``'s outputs reach ``d_k`` before staying would have
+    finished ``v_i``. It does not make the whole schedule shorter than Order-Place's: after a move
+    the new device becomes ``d_k`` and the next clusters stay there unless a move gains more than
+    their back cost, and moves spend memory that later clusters may need. When transfers are free
+    and one device holds the whole graph, Order-Place runs everything on device 0 and Adjusting
+    Placement (least EST, inductively no later than that serial schedule) is never slower.
+    ``tests/test_adjusting.py`` checks both and pins a counterexample of each kind.
     """
     scheduler = _Scheduler(coarse, ledger)
     previous = 0
