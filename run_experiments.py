@@ -105,6 +105,9 @@ flags.DEFINE_list(
 )
 flags.DEFINE_string("output_dir", "results", "Where tables, plots and cost graphs are written.")
 flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory.")
+flags.DEFINE_bool(
+    "save_graphs", True, "Save each model's placed cost graph as <output_dir>/graphs/<model>.json.gz."
+)
 flags.DEFINE_list("profile_batch_sizes", None, "Small batch sizes profiled (default: 1,2,4; NMT 2,4).")
 flags.DEFINE_integer("accuracy_batch", 8, "Batch size predicted and measured for Table 5 (0: skip Table 5).")
 flags.DEFINE_bool("real", False, "Also run small variants of the models on loopback workers (Table R).")
@@ -178,7 +181,8 @@ def place_model(
     estimate = _estimate(spec, batch_size, small)
     graph = convert_graph(estimate.cost_graph, DEVICE_MODELS[FLAGS.device])
     graph.set_transfer_model(devices.typical_link)
-    save_json(graph, output_dir / "graphs" / f"{name}.json.gz")
+    if FLAGS.save_graphs:
+        save_json(graph, output_dir / "graphs" / f"{name}.json.gz")
     # a model built with other knobs than the paper's is not compared with the paper's rows
     label = f"{name} ({','.join(FLAGS.knobs)})" if FLAGS.knobs else name
     runs, placements, fusion = compare_placers(graph, devices, FLAGS.placers, label)
@@ -320,7 +324,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unknown placers {unknown}; choose from {', '.join(PLACERS)}")
     devices = target_devices(_link())
     output_dir = Path(FLAGS.output_dir)
-    (output_dir / "graphs").mkdir(parents=True, exist_ok=True)
+    (output_dir / "graphs" if FLAGS.save_graphs else output_dir).mkdir(parents=True, exist_ok=True)
 
     runs: list[PlacerRun] = []
     fusion: list[FusionStats] = []

@@ -128,6 +128,8 @@ PLACER_NAMES = {
 
 _VARIANTS = {"nmt_while": "nmt"}
 
+_PANELS_PER_ROW = 3
+
 
 def paper_model(model: str) -> str | None:
     """The model of the paper a tfplace model stands for (``nmt_while`` is NMT), if any."""
@@ -463,9 +465,13 @@ def plot_step_times(runs: Sequence[PlacerRun], path: str | os.PathLike[str]) -> 
     Out-of-memory placements are hatched red; the paper's OOM cells are marked at the axis bottom.
     """
     models = _models(runs)
-    figure = Figure(figsize=(max(4.2 * len(models), 7.0), 4.4), layout="constrained")
+    columns = min(len(models), _PANELS_PER_ROW)
+    rows = -(-len(models) // columns)
+    figure = Figure(figsize=(max(4.6 * columns, 7.0), 0.4 + 4.0 * rows), layout="constrained")
     FigureCanvasAgg(figure)
-    panels = figure.subplots(1, len(models), squeeze=False)[0]
+    panels = figure.subplots(rows, columns, squeeze=False).ravel()
+    for axes in panels[len(models) :]:
+        axes.set_visible(False)
     for axes, model in zip(panels, models):
         mine = [run for run in runs if run.model == model]
         positions = range(len(mine))
