@@ -37,6 +37,32 @@ def test_converting_gives_roofline_times_and_scales_ops_of_unknown_work():
     assert graph.nodes["conv"]["compute_time"] == 0.5  # the input graph is not modified
 
 
+def test_a_while_op_is_scaled_by_its_measured_time_although_its_inputs_and_outputs_have_bytes():
+    graph = graph_from_edges([("conv", "loop", 4_000_000)], {"conv": 0.5, "loop": 2.0})
+    graph.nodes["conv"]["flops"] = 3e11
+    graph.nodes["loop"]["op_type"] = "StatelessWhile"
+    converted = convert_graph(graph, GPU)
+    conv = converted.nodes["conv"]["compute_time"]
+    assert converted.nodes["loop"]["compute_time"] == pytest.approx(2.0 * conv / 0.5)
+    assert converted.nodes["loop"]["compute_time"] > GPU.op_time(0, op_bytes_accessed(graph, "loop")) * 100
+
+
+def test_ops_of_unknown_work_follow_the_speed_up_of_the_work_not_of_the_median_op():
+    # one heavy op 100x faster on the target, four tiny ops slower there (launch overhead)
+    edges = [("conv", f"tiny{i}", 0) for i in range(4)] + [("tiny0", "loop", 0)]
+    times = {"conv": 1.0, "loop": 3.0, **{f"tiny{i}": 1e-6 for i in range(4)}}
+    graph = graph_from_edges(edges, times)
+    graph.nodes["conv"]["flops"] = 0.01 * 1e12 * 0.6  # 10 ms of compute on GPU, plus launch
+    for i in range(4):
+        graph.nodes[f"tiny{i}"]["flops"] = 1.0
+    graph.nodes["loop"]["op_type"] = "While"
+    converted = convert_graph(graph, GPU)
+    known = ["conv", *(f"tiny{i}" for i in range(4))]
+    ratio = sum(converted.nodes[op]["compute_time"] for op in known) / sum(times[op] for op in known)
+    assert ratio < 0.02
+    assert converted.nodes["loop"]["compute_time"] == pytest.approx(3.0 * ratio)
+
+
 def test_measured_overrides_replace_estimates():
     graph = graph_from_edges([("a", "b", 10)])
     assert convert_graph(graph, GPU, overrides={"b": 0.25}).nodes["b"]["compute_time"] == 0.25
