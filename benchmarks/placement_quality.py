@@ -84,18 +84,24 @@ MARKDOWN_HEADER = (
 )
 
 
-def graphs() -> list[CostGraph]:
-    """The synthetic graphs, then the real ones."""
-    found = [layered_training_graph(int(size)) for size in FLAGS.sizes]
-    return found + [load_json(path) for path in sorted(glob.glob(FLAGS.real_graphs))]
+def graphs() -> list[tuple[str, CostGraph]]:
+    """``(label, graph)``: the synthetic graphs by name, then the real ones by file name."""
+    synthetic = [layered_training_graph(int(size)) for size in FLAGS.sizes]
+    real = sorted(glob.glob(FLAGS.real_graphs))
+    return [(g.graph["name"], g) for g in synthetic] + [(graph_label(p), load_json(p)) for p in real]
 
 
-def score(graph: CostGraph, placer: str) -> Row:
+def graph_label(path: str) -> str:
+    """``results/graphs/nmt.json.gz`` -> ``nmt``."""
+    return os.path.basename(path).split(".")[0]
+
+
+def score(label: str, graph: CostGraph, placer: str) -> Row:
     """Place ``graph`` with ``placer`` on devices too small for it and simulate one step."""
     total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
     capacity = max(1, int(total * FLAGS.memory_headroom / FLAGS.num_devices))
     devices = DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", capacity)
-    row = Row(graph=graph.graph.get("name", ""), ops=graph.number_of_nodes(), placer=placer)
+    row = Row(graph=label, ops=graph.number_of_nodes(), placer=placer)
     try:
         placement = place_cost_graph(graph, devices, placer, simulate=True)
     except Exception as error:  # reported in the table; the other placers still run
@@ -115,8 +121,8 @@ def score(graph: CostGraph, placer: str) -> Row:
 def main(argv: list[str]) -> None:
     del argv
     rows: list[Row] = []
-    for graph in graphs():
-        scored = [score(graph, placer) for placer in FLAGS.placers]
+    for label, graph in graphs():
+        scored = [score(label, graph, placer) for placer in FLAGS.placers]
         best = min((row.step_ms for row in scored if row.step_ms is not None), default=0.0)
         for row in scored:
             if row.step_ms is not None:

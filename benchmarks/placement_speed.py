@@ -9,7 +9,8 @@ Prints one JSON line per (placer, graph)::
 building or loading the graph. Each placement runs in a fresh subprocess so that its memory is its
 own: ``graph_rss_mb`` is the process's resident memory once the graph is built, ``peak_rss_mb`` its
 peak after placing (the difference is the placer's). ``load`` is the 1-minute load average when the
-placement started: the machine is shared, so compare numbers measured side by side.
+placement started: the machine is shared, so compare numbers measured side by side. A placer's own
+warning is added as ``warning`` (m-SCT placing as m-ETF because its LP was not solved in time).
 
 Synthetic graphs are layered training graphs (:func:`tfplace.synthetic.layered_training_graph`,
 built in the subprocess from the op count); real graphs are the cost graphs matching
@@ -69,9 +70,10 @@ def time_one(placer: str, graph_spec: str) -> dict[str, object]:
     graph_rss = rss_mb()
     load = os.getloadavg()[0]
     placement = place_cost_graph(graph, devices, placer, simulate=False)
+    fallback = {"warning": placement.details["warning"]} if "warning" in placement.details else {}
     return {
         "placer": placer,
-        "graph": graph.graph.get("name", os.path.basename(graph_spec)),
+        "graph": graph.graph["name"] if graph_spec.isdigit() else os.path.basename(graph_spec).split(".")[0],
         "ops": graph.number_of_nodes(),
         "edges": graph.number_of_edges(),
         "seconds": round(placement.placement_seconds, 3),
@@ -79,6 +81,7 @@ def time_one(placer: str, graph_spec: str) -> dict[str, object]:
         "peak_rss_mb": rss_mb(),
         "clusters": placement.details.get("clusters"),
         "load": round(load, 2),
+        **fallback,
     }
 
 
