@@ -385,6 +385,8 @@ def accuracy_table(reports: Mapping[str, AccuracyReport]) -> Table:
                 _percent(report.time.within_30),
                 _percent(report.time_weighted_deviation),
                 f"{report.memory.ops:,} / {report.time.ops:,}",
+                _number(report.profiling_seconds, 0),
+                _number(report.measurement_seconds, 0),
             )
         )
     return Table(
@@ -401,11 +403,15 @@ def accuracy_table(reports: Mapping[str, AccuracyReport]) -> Table:
             "time within 30%",
             "time dev. weighted by time",
             "ops compared (memory / time)",
+            "profiling [s]",
+            "measuring [s]",
         ),
         rows=tuple(rows),
         notes=(
             "Per op |estimated - measured| / measured, estimated by regression from the small batches, "
-            "measured at the predicted batch on this machine's CPU. Memory: output plus temporary bytes."
+            "measured at the predicted batch on this machine's CPU. Memory: output plus temporary bytes. "
+            "Profiling and measuring: seconds the small batches and the predicted batch took when they "
+            "were measured (cached profiles keep them)."
         ),
     )
 
