@@ -96,6 +96,29 @@ def test_estimated_costs_cover_the_step_with_flops_at_the_target_batch(load_save
     small.cost_graph.validate()
 
 
+def test_the_step_keeps_the_graphs_op_order_when_most_ops_are_outside_it(tmp_path):
+    import tensorflow as tf
+
+    from tfplace import estimate_costs
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (None, 3), name="x")
+        weights = tf.compat.v1.get_variable("w", (3, 2))
+        loss = tf.reduce_sum(tf.matmul(x, weights))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        for i in range(100):  # not in the step: the step is less than half of the graph
+            tf.constant(float(i), name=f"unused_{i}")
+
+    def feed_fn(batch_size):
+        return {"x:0": np.ones((batch_size, 3), np.float32)}
+
+    estimate = estimate_costs(graph, train, feed_fn, 4, profile_batch_sizes=[4], cache_dir=tmp_path)
+    step = estimate.imported.step_ops
+    assert 2 * len(step) < len(graph.get_operations())
+    assert list(estimate.cost_graph) == [op.name for op in graph.get_operations() if op.name in step]
+
+
 def test_predicting_another_batch_from_one_profiled_batch_size_is_refused(load_saved_graph, tmp_path):
     from tfplace import estimate_costs
 

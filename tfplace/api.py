@@ -156,7 +156,7 @@ def estimate_costs(
         )
     regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
     costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
-    filled = fill_cost_graph(CostGraph(imported.cost_graph.subgraph(imported.step_ops)), costs)
+    filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
     for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
         filled.nodes[op]["flops"] = float(flops)
     filled.graph.update(
@@ -178,6 +178,18 @@ def estimate_costs(
     return CostEstimate(
         cost_graph=filled, imported=imported, profile=profile, regression=regression, refinement=refinement
     )
+
+
+def _step_graph(structure: nx.DiGraph, step_ops: frozenset[str]) -> CostGraph:
+    """The ops of the step with their dependencies, in the order of ``structure`` (the GraphDef's).
+
+    A networkx subgraph of fewer than half of the ops iterates them in the order of the set it was
+    given, which changes with Python's hash seed; the placers break ties by op position, so the
+    same graph would get different placements from run to run.
+    """
+    step = CostGraph(structure)
+    step.remove_nodes_from([op for op in structure if op not in step_ops])
+    return step
 
 
 def _flops_at(tf_graph: Any, feed_fn: FeedFunction, batch_size: int, ops: Any) -> dict[str, int]:
