@@ -113,6 +113,11 @@ flags.DEFINE_integer("accuracy_batch", 8, "Batch size predicted and measured for
 flags.DEFINE_bool("real", False, "Also run small variants of the models on loopback workers (Table R).")
 flags.DEFINE_integer("real_workers", 2, "Loopback worker processes of the real runs.", lower_bound=2)
 flags.DEFINE_integer("real_steps", 10, "Timed steps per real run, after the warm-up.")
+flags.DEFINE_integer(
+    "real_calibration_repeats",
+    30,
+    "Timed steps per size calibrating the loopback link (medians resist load).",
+)
 flags.DEFINE_float(
     "real_memory_fraction", 0.6, "Memory of each real-run device, as a share of the step's estimated memory."
 )
@@ -276,7 +281,12 @@ def run_real(names: Sequence[str]) -> tuple[list[RealRun], TransferModel]:
 
     results = []
     with LocalCluster(FLAGS.real_workers) as cluster:
-        link = calibrate_transfer(cluster.device(0), cluster.device(1), target=cluster.target)
+        link = calibrate_transfer(
+            cluster.device(0),
+            cluster.device(1),
+            target=cluster.target,
+            repeats=FLAGS.real_calibration_repeats,
+        )
         logging.info("loopback link: k=%.3e s/B, b=%.0f us", link.k, link.b * 1e6)
         for name in names:
             results += real_runs(name, cluster, link)

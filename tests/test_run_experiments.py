@@ -29,6 +29,7 @@ def output(tmp_path_factory):
         f"--cache_dir={directory / 'cache'}",
         "--real",
         "--real_steps=3",
+        "--real_calibration_repeats=5",
     ]
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
