@@ -188,7 +188,7 @@ def test_transfers_sent_together_overlap_their_latency():
     assert result.makespan == pytest.approx(1 + 5 + 5 + 2 + 1)
 
 
-def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_instead_of_a_channel():
+def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_when_they_have_no_op_ready():
     # a (GPU:0) sends 4 bytes to x (GPU:1); z follows a on GPU:0, y keeps GPU:1 busy until 3
     graph = graph_from_edges(
         [("a", "x", 4), ("a", "z", 0), ("y", "x", 0)], compute={"a": 1, "z": 1, "x": 1, "y": 3}
@@ -197,10 +197,10 @@ def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_instead_of_a_ch
     copies = gpus(intra_host=TransferModel(k=1.0, b=0.0, device_copies=True))
     result = simulate(graph, placed(graph, assignment), copies, record=True)
     start = {task.op: task.start for task in result.schedule.ops}
-    assert start["z"] == pytest.approx(1 + 4)  # GPU:0 sends from 1 to 5 first (produced first)
+    assert start["z"] == pytest.approx(1)  # ready ops first: GPU:0 sends from 2 to 6
     assert start["x"] == pytest.approx(3 + 4)  # GPU:1 receives from 3, after y
     [sent] = result.schedule.transfers
-    assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(7))
+    assert (sent.start, sent.end) == (pytest.approx(2), pytest.approx(7))
     on_channels = simulate(
         graph, placed(graph, assignment), gpus(intra_host=TransferModel(k=1.0, b=0.0)), record=True
     )

@@ -24,10 +24,14 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    served by the time their tensor was produced (ties: the producer's topological position);
    a waiting transfer does not hold back a later one whose channels are free.
    On a link whose devices copy the bytes themselves (``device_copies``, gRPC between processes
-   on CPUs), a transfer takes no channel: it is a *send* task on the sender, queued with its ops
-   when the tensor is produced, and a *receive* task queued on the receiver when the send starts,
-   each holding its device for the occupancy (Celeritas section 6.1 adds such tasks to the
-   devices); the tensor leaves when both have ended.
+   on CPUs), a transfer takes no channel: it is a *send* task on the sender, queued when the
+   tensor is produced, and a *receive* task queued on the receiver when the send starts, each
+   holding its device for the occupancy (Celeritas section 6.1 adds such tasks to the devices);
+   the tensor leaves when both have ended. A device runs these copy tasks only when no op is
+   ready on it, first come first served: TensorFlow's executor keeps running the ops it has
+   ready, and the callbacks that serialize a requested tensor or take in a received one wait
+   for its thread (seen in traces of one-thread workers: a worker serves the tensors a peer
+   asked for only once it runs out of ready ops).
 3. **Control dependencies.** Across devices a control dependency (or a tensor of 0 bytes) is a
    message that arrives after the link's latency ``b`` and occupies no channel; on one device
    it is satisfied when the producer ends.
@@ -50,6 +54,7 @@ per device and a heap of waiting transfers per route (sender, receiver), so each
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from heapq import heappop, heappush
@@ -318,6 +323,7 @@ class _Run:
         route_of, duration, delay, consumers = plan.route, plan.duration, plan.delay, plan.consumers
         on_devices, n = plan.on_devices, len(graph)
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
+        copy_order = itertools.count()  # copies run after every ready op, first come first served
         sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
         count = len(self.devices.all_devices)
@@ -366,7 +372,7 @@ class _Run:
                 d = ready_devices.pop()
                 if running[d] or not queues[d]:
                     continue
-                key, rank, u = heappop(queues[d])
+                u = heappop(queues[d])[2]
                 running[d] = True
                 if u < n:
                     end = now + compute[u]
@@ -385,7 +391,7 @@ class _Run:
                 seconds += duration[t] + delay[t]
                 heappush(events, (now + duration[t], _SEND_END, t))
                 receiver = plan.dst[t]
-                heappush(queues[receiver], (now if keys is None else key, rank, u + 1))
+                heappush(queues[receiver], (math.inf, next(copy_order), u + 1))
                 ready_devices.add(receiver)
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
@@ -430,7 +436,7 @@ class _Run:
                             make_ready(v, now)
                     for t in sends[x]:
                         if on_devices[t]:
-                            heappush(queues[d], (now if keys is None else keys[x], position[x], n + 2 * t))
+                            heappush(queues[d], (math.inf, next(copy_order), n + 2 * t))
                         else:
                             heappush(waiting[route_of[t]], (now, position[x], t))
                             ready_routes.add(route_of[t])
