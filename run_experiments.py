@@ -73,10 +73,12 @@ session here (the weight gradient of every time step is a separate tensor), so t
 exceed the 24 GB of this machine and two are profiled.
 """
 
+_SMALL_NMT = {"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}
+
 REAL_SIZES: dict[str, tuple[dict[str, Any], int]] = {
     "inception_v3": ({"image_size": 75, "classes": 10}, 4),
-    "nmt": ({"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}, 8),
-    "nmt_while": ({"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}, 8),
+    "nmt": (_SMALL_NMT, 8),
+    "nmt_while": (_SMALL_NMT, 8),
     "transformer": ({"layers": 2, "heads": 4, "d_model": 64, "d_ff": 128, "vocab_size": 500}, 8),
     "tensor_holography": ({"image_size": 48, "conv_layers": 10, "filters": 12}, 4),
 }
