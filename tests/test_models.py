@@ -41,7 +41,7 @@ SMALL: dict[str, dict[str, Any]] = {
 }
 
 #: Variables whose first gradients are below float32 resolution of their values under the NMT models'
-#: plain SGD (the attention sees nearly uniform encoder states at initialization), so two steps may
+#: plain SGD (the attention sees nearly uniform encoder states at initialization), so a step may
 #: leave them unchanged. Adam and RMSProp scale every nonzero gradient to a visible step.
 SGD_STARVED = {
     "nmt": {"gnmt/attention/key_kernel", "gnmt/attention/query_kernel"},
@@ -81,7 +81,10 @@ def test_every_registered_model_has_a_small_variant_under_test() -> None:
     assert set(SMALL) == set(MODELS)
 
 
-def test_two_training_steps_lower_the_loss_and_change_every_variable(small_spec: ModelSpec) -> None:
+def test_a_training_step_lowers_the_loss_and_changes_every_variable(small_spec: ModelSpec) -> None:
+    """One step, not more: Inception's RMSProp (learning rate 0.045, momentum 0.9) with batch norm
+    over a batch of 2 makes the loss after the second step depend on float rounding (0.001 or 4.8
+    depending on the process's thread pools), while the first step lowers it in every setting."""
     spec = small_spec
     variables = _variables(spec)
     feed = spec.feed_fn(2)
@@ -89,8 +92,7 @@ def test_two_training_steps_lower_the_loss_and_change_every_variable(small_spec:
         session.run(spec.init_op)
         before_values = session.run(variables)
         loss_before = session.run(spec.loss, feed)
-        for _ in range(2):
-            session.run(spec.train_op, feed)
+        session.run(spec.train_op, feed)
         loss_after = session.run(spec.loss, feed)
         after_values = session.run(variables)
         loss_other_batch = session.run(spec.loss, spec.feed_fn(3))
