@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint typecheck check bench clean
+.PHONY: venv demo test test-fast lint typecheck check bench experiments clean
 
 $(STAMP): setup.py pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,9 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/placement_speed.py
+
+experiments: $(STAMP)
+	PYTHONPATH=. $(BIN)/python run_experiments.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
