@@ -194,17 +194,17 @@ def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_when_they_have_
         [("a", "x", 4), ("a", "z", 0), ("y", "x", 0)], compute={"a": 1, "z": 1, "x": 1, "y": 3}
     )
     assignment = {"a": 0, "z": 0, "x": 1, "y": 1}
-    copies = gpus(intra_host=TransferModel(k=1.0, b=0.0, device_copies=True))
+    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, device_copies=True))
     result = simulate(graph, placed(graph, assignment), copies, record=True)
     start = {task.op: task.start for task in result.schedule.ops}
-    assert start["z"] == pytest.approx(1)  # ready ops first: GPU:0 sends from 2 to 6
-    assert start["x"] == pytest.approx(3 + 4)  # GPU:1 receives from 3, after y
+    assert start["z"] == pytest.approx(1)  # ready ops first: GPU:0 copies from 2 to 6
+    assert start["x"] == pytest.approx(3 + 4 + 2)  # GPU:1 copies from 3, after y; then b
     [sent] = result.schedule.transfers
     assert (sent.start, sent.end) == (pytest.approx(2), pytest.approx(7))
     on_channels = simulate(
-        graph, placed(graph, assignment), gpus(intra_host=TransferModel(k=1.0, b=0.0)), record=True
+        graph, placed(graph, assignment), gpus(intra_host=TransferModel(k=1.0, b=2.0)), record=True
     )
-    assert {task.op: task.start for task in on_channels.schedule.ops}["x"] == pytest.approx(5)
+    assert {task.op: task.start for task in on_channels.schedule.ops}["x"] == pytest.approx(1 + 4 + 2)
 
 
 # Rule 3: control dependencies.

@@ -42,10 +42,12 @@ class TransferModel:
     device_copies : bool
         ``True`` when the devices' own processors copy the bytes, as between TensorFlow processes
         on CPUs (gRPC serializes on the sender and deserializes on the receiver: on loopback each
-        byte sent cost about 0.6 ns of CPU here, split between the two processes). A transfer
-        then runs as a task on the sender and one on the receiver (Celeritas section 6.1 adds
-        such tasks), each holding its device for :meth:`occupancy`, instead of on link channels.
-        ``False`` (the default) when a DMA engine or a NIC copies while the devices compute.
+        byte sent cost about 0.6 ns of CPU here, split between the two processes, while the fixed
+        cost per tensor took little CPU). A transfer then runs as a task on the sender and one on
+        the receiver (Celeritas section 6.1 adds such tasks), each holding its device for
+        ``k * bytes``, instead of on link channels; all of ``b`` is then a latency (the request's
+        round trip), and ``latency`` is not used. ``False`` (the default) when a DMA engine or a
+        NIC copies while the devices compute.
     """
 
     k: float

@@ -26,8 +26,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    On a link whose devices copy the bytes themselves (``device_copies``, gRPC between processes
    on CPUs), a transfer takes no channel: it is a *send* task on the sender, queued when the
    tensor is produced, and a *receive* task queued on the receiver when the send starts, each
-   holding its device for the occupancy (Celeritas section 6.1 adds such tasks to the devices);
-   the tensor leaves when both have ended. A device runs these copy tasks only when no op is
+   holding its device for ``k * bytes`` (Celeritas section 6.1 adds such tasks to the devices);
+   the tensor arrives ``b`` after both have ended (the request's round trip, which holds
+   neither device). A device runs these copy tasks only when no op is
    ready on it, first come first served: TensorFlow's executor keeps running the ops it has
    ready, and the callbacks that serialize a requested tensor or take in a received one wait
    for its thread (seen in traces of one-thread workers: a worker serves the tensors a peer

@@ -44,8 +44,8 @@ class TransferPlan:
         ``duration`` (how long it holds its channels: ``k * bytes + b - latency``, the fixed part
         once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
         arrives that long after it leaves the channels), ``on_devices`` (the link's
-        ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst`` instead of on
-        channels), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
+        ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst``, each of
+        ``duration = k * bytes``, instead of on channels, and ``delay`` is all of ``b``), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
         received copy on ``dst``).
     Routes
         ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
@@ -217,8 +217,12 @@ def _add_transfer(
     plan.src.append(src)
     plan.dst.append(dst)
     plan.nbytes.append(nbytes)
-    plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
-    plan.delay.append(link.latency)
+    if link.device_copies:  # the devices copy the bytes; b is the request's round trip
+        plan.duration.append(link.k * nbytes)
+        plan.delay.append(link.b)
+    else:
+        plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
+        plan.delay.append(link.latency)
     plan.on_devices.append(link.device_copies)
     plan.route.append(route)
     plan.holds.append(holds)
