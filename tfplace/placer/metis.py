@@ -27,7 +27,7 @@ from tfplace.indexed import IndexedGraph
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
 
-__all__ = ["contracted_graph", "metis"]
+__all__ = ["contracted_graph", "group_weights", "metis", "partition"]
 
 _MAX_EDGE_WEIGHT = 1 << 20
 _MEAN_VERTEX_WEIGHT = 1000
@@ -58,18 +58,7 @@ def metis(graph: IndexedGraph, devices: DeviceSet, *, imbalance: float = 0.03, s
         raise ValueError(f"METIS imbalance must be > 0, got {imbalance}")
     vertex_weights, adjacency, edge_weights = contracted_graph(graph)
     parts = len(devices)
-    if parts == 1 or len(vertex_weights) == 0:
-        part = np.zeros(len(vertex_weights), dtype=np.int64)
-    else:
-        result = pymetis.part_graph(
-            parts,
-            adjacency,
-            vweights=vertex_weights,
-            eweights=edge_weights,
-            recursive=False,
-            options=pymetis.Options(seed=int(seed), ufactor=max(1, round(imbalance * 1000))),
-        )
-        part = np.asarray(result.vertex_part, dtype=np.int64)
+    part = partition(vertex_weights, adjacency, edge_weights, parts, imbalance=imbalance, seed=seed)
     ledger = MemoryLedger(graph, devices)
     for group, device in enumerate(part.tolist()):
         ledger.commit([group], device)
@@ -100,11 +89,7 @@ def contracted_graph(graph: IndexedGraph) -> tuple[np.ndarray, pymetis.CSRAdjace
         Integer bytes of each adjacency entry, ``>= 1``.
     """
     groups = len(graph.group_members)
-    compute = np.zeros(groups)
-    np.add.at(compute, graph.group, graph.compute)
-    total = float(compute.sum())
-    scale = _MEAN_VERTEX_WEIGHT * groups / total if total > 0 else 0.0
-    vertex_weights = np.rint(compute * scale).astype(np.int64)
+    vertex_weights = group_weights(graph, graph.compute)
     outdegree = [len(s) for s in graph.succ]
     src = graph.group[np.repeat(np.arange(len(graph)), outdegree)]
     dst = graph.group[np.fromiter((v for s in graph.succ for v in s), dtype=np.int64, count=len(src))]
@@ -124,6 +109,46 @@ def contracted_graph(graph: IndexedGraph) -> tuple[np.ndarray, pymetis.CSRAdjace
     starts = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=groups))])
     adjacency = pymetis.CSRAdjacency(starts.astype(np.int64), cols[order].astype(np.int64))
     return vertex_weights, adjacency, both[order]
+
+
+def partition(
+    vertex_weights: np.ndarray,
+    adjacency: pymetis.CSRAdjacency,
+    edge_weights: np.ndarray,
+    parts: int,
+    *,
+    imbalance: float,
+    seed: int,
+) -> np.ndarray:
+    """METIS's k-way partition of a :func:`contracted_graph` into ``parts`` parts: the part of each
+    vertex (all ``0`` for one part or no vertex).
+
+    ``imbalance`` bounds each part's vertex weight to ``(1 + imbalance)`` times the mean (METIS's
+    ``ufactor``, in thousandths); ``seed`` is METIS's random seed.
+    """
+    if parts == 1 or len(vertex_weights) == 0:
+        return np.zeros(len(vertex_weights), dtype=np.int64)
+    result = pymetis.part_graph(
+        parts,
+        adjacency,
+        vweights=vertex_weights,
+        eweights=edge_weights,
+        recursive=False,
+        options=pymetis.Options(seed=int(seed), ufactor=max(1, round(imbalance * 1000))),
+    )
+    return np.asarray(result.vertex_part, dtype=np.int64)
+
+
+def group_weights(graph: IndexedGraph, values: np.ndarray) -> np.ndarray:
+    """Integer METIS vertex weights of the co-location groups from a per-op quantity (compute
+    seconds, bytes): each group's sum, scaled to about 1000 per vertex on average (all ``0`` when
+    the quantity is)."""
+    groups = len(graph.group_members)
+    sums = np.zeros(groups)
+    np.add.at(sums, graph.group, values)
+    total = float(sums.sum())
+    scale = _MEAN_VERTEX_WEIGHT * groups / total if total > 0 else 0.0
+    return np.rint(sums * scale).astype(np.int64)
 
 
 def _cut_bytes(graph: IndexedGraph, op_devices: np.ndarray) -> int:
