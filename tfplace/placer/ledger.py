@@ -10,6 +10,7 @@ Ops whose group cannot run on any target device (no kernel for its type) go to a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -97,6 +98,15 @@ class MemoryLedger:
         return tuple(
             d for d in range(self.num_targets) if allowed is None or self.devices.kind_of(d) in allowed
         )
+
+    def blank(self) -> MemoryLedger:
+        """An empty ledger on the same graph, devices and capacities; the groups' allowed targets
+        are shared, not computed again (placers that try many placements start each from one)."""
+        ledger = copy.copy(self)
+        ledger.resident = np.zeros_like(self.resident)
+        ledger.peak_temporary = np.zeros_like(self.peak_temporary)
+        ledger.group_device = np.full_like(self.group_device, UNPLACED)
+        return ledger
 
     # -- queries -----------------------------------------------------------------------------
 
