@@ -1,5 +1,7 @@
 """Placers: Celeritas (Optimal Operation Fusion + Adjusting Placement) and the baselines it is
-compared with, all on the TensorFlow-free cost graph and selected by name.
+compared with, all on the TensorFlow-free cost graph and selected by name; ``"auto"``
+(:mod:`tfplace.placer.auto`) runs several of them and more candidates through the simulator and
+returns the fastest placement that fits in memory.
 
 >>> from tfplace.placer import place_cost_graph  # doctest: +SKIP
 >>> placement = place_cost_graph(graph, devices, placer="m_sct")  # doctest: +SKIP
@@ -31,6 +33,7 @@ PLACERS: dict[str, str] = {
     "m_etf": "tfplace.placer.etf:m_etf",
     "m_sct": "tfplace.placer.etf:m_sct",
     "metis": "tfplace.placer.metis:metis",
+    "auto": "tfplace.placer.auto:auto",
 }
 
 

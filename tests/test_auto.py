@@ -1,0 +1,194 @@
+"""auto: the simulator judges a portfolio of placements and local moves; the fastest that fits wins."""
+
+import numpy as np
+import pytest
+
+from helpers import UNIT_LINK, chain_graph
+from tfplace.devices import DeviceSet
+from tfplace.indexed import index_graph
+from tfplace.placer import PLACERS, place_cost_graph
+from tfplace.placer.auto import MIN_SIMULATIONS, auto
+from tfplace.simulator import simulate
+from tfplace.synthetic import layered_training_graph, random_dag
+
+
+def gpus(count=2, memory=10**9):
+    return DeviceSet.parse(f"/device:GPU:0-{count - 1}", memory, intra_host=UNIT_LINK)
+
+
+def fits(placement, devices, margin=0.05):
+    """The placement's simulated peak leaves ``margin`` of every device free."""
+    capacity = {d.name: d.memory for d in devices.all_devices}
+    return all(peak <= (1 - margin) * capacity[name] for name, peak in placement.peak_memory.items())
+
+
+def simulated_candidates(placement):
+    return [c for c in placement.details["candidates"] if "step_time" in c]
+
+
+#: Graphs with parallel branches, groups and ops without a GPU kernel, on devices of either kind.
+GRAPHS = [
+    (layered_training_graph(400, seed=1), "/device:GPU:0-3", 0.4),
+    (random_dag(120, seed=3, group_fraction=0.3), "/device:GPU:0-2", 0.5),
+    (random_dag(80, seed=4, group_fraction=0.3, cpu_only_fraction=0.1), "/device:GPU:0-1,/device:CPU:0", 1.0),
+    (random_dag(60, seed=5, average_degree=3.0), "/job:worker/task:0-1/device:GPU:0-1", 2.0),
+]
+
+
+def devices_for(graph, spec, fraction):
+    """The devices of ``spec``, holding ``fraction`` of the graph's static memory in all."""
+    total = int(index_graph(graph).memory.sum())
+    count = len(DeviceSet.parse(spec, 1))
+    return DeviceSet.parse(spec, max(1, int(fraction * total / count)))
+
+
+@pytest.mark.parametrize(("graph", "spec", "fraction"), GRAPHS)
+def test_it_is_never_slower_in_the_simulator_than_any_candidate_or_registered_placer_that_fits(
+    graph, spec, fraction
+):
+    devices = devices_for(graph, spec, fraction)
+    placement = place_cost_graph(graph, devices, "auto")
+
+    rivals = [place_cost_graph(graph, devices, p) for p in PLACERS if p != "auto"]
+    fitting = [p.step_time for p in rivals if fits(p, devices)]
+    fitting += [c["step_time"] for c in simulated_candidates(placement) if c["tier"] == "fits"]
+    assert fitting, "some placement fits, or the comparison proves nothing"
+    assert fits(placement, devices)
+    assert placement.step_time <= min(fitting)
+
+
+def test_it_prefers_a_placement_that_fits_memory_over_a_faster_one_that_does_not():
+    # two 60-byte weights: together they exceed a 100-byte device, and splitting them costs a 1 s transfer
+    graph = chain_graph([1.0, 1.0, 1.0], [1, 1], memory=[60, 0, 60])
+    devices = gpus(2, memory=100)
+    placement = place_cost_graph(graph, devices, "auto")
+
+    single = next(c for c in placement.details["candidates"] if c["name"] == "single")
+    assert single["tier"] == "out of memory"
+    assert single["step_time"] < placement.step_time
+    assert fits(placement, devices)
+    assert not any("simulator" in warning for warning in placement.warnings)
+
+
+def test_a_placement_within_memory_but_not_within_the_margin_loses_to_one_within_it():
+    graph = chain_graph([1.0, 1.0], [1], memory=[50, 45])
+    devices = gpus(2, memory=100)
+    single_peak = max(simulate(graph, {"o0": devices.names[0], "o1": devices.names[0]}, devices).peak_memory)
+    assert 95 < single_peak <= 100
+
+    without_margin = place_cost_graph(graph, devices, "auto", margin=0.0)
+    with_margin = place_cost_graph(graph, devices, "auto", margin=0.05)
+
+    assert set(without_margin.assignment.values()) == {devices.names[0]}
+    assert len(set(with_margin.assignment.values())) == 2
+    assert with_margin.step_time > without_margin.step_time
+
+
+def test_it_keeps_a_chain_on_one_device_when_that_fits_and_splitting_only_adds_transfers():
+    graph = chain_graph([1.0] * 12, [1000] * 11, memory=[1] * 12)
+    placement = place_cost_graph(graph, gpus(4), "auto")
+
+    assert len(set(placement.assignment.values())) == 1
+    assert placement.step_time == pytest.approx(12.0)
+
+
+def test_when_nothing_fits_it_returns_the_least_overcommitted_candidate_and_says_so():
+    graph, spec, _ = GRAPHS[0]
+    devices = devices_for(graph, spec, 0.02)
+    placement = place_cost_graph(graph, devices, "auto")
+
+    capacity = {d.name: d.memory for d in devices.all_devices}
+
+    def excess(peaks):
+        return sum(max(0, peak - capacity[name]) for name, peak in peaks.items())
+
+    simulated = simulated_candidates(placement)
+    assert all(c["tier"] == "out of memory" for c in simulated)
+    assert excess(placement.peak_memory) <= min(excess(c["peak_memory"]) for c in simulated)
+    assert any("no candidate placement fits in memory in the simulator" in w for w in placement.warnings)
+
+
+def test_the_same_input_gives_the_same_placement_and_the_same_details():
+    graph, spec, fraction = GRAPHS[2]
+    devices = devices_for(graph, spec, fraction)
+    first = place_cost_graph(graph, devices, "auto")
+    second = place_cost_graph(graph.copy(), devices, "auto")
+
+    assert first.assignment == second.assignment
+    assert first.step_time == second.step_time
+    assert first.details == second.details
+
+
+@pytest.mark.parametrize(("graph", "spec", "fraction"), GRAPHS[1:])
+def test_local_moves_keep_groups_whole_and_ops_on_device_kinds_that_can_run_them(graph, spec, fraction):
+    devices = devices_for(graph, spec, fraction)
+    placement = place_cost_graph(graph, devices, "auto")  # place_cost_graph checks the constraints
+
+    groups: dict[str, set[str]] = {}
+    for op, group in graph.nodes(data="colocation_group"):
+        if group is not None:
+            groups.setdefault(group, set()).add(placement.assignment[op])
+        kinds = graph.nodes[op]["device_kinds"]
+        if kinds is not None:
+            assert devices.kind_of(devices.index(placement.assignment[op])) in kinds
+    assert all(len(placed) == 1 for placed in groups.values())
+    assert placement.details["moves"]["tried"] > 0
+
+
+def test_local_moves_never_send_an_op_to_a_device_kind_without_its_kernel():
+    # the CPU op in the middle of a GPU chain costs two 1000 s transfers, which a move to the GPU would save
+    graph = chain_graph([1.0] * 5, [1000] * 4)
+    for op in graph:
+        graph.nodes[op]["device_kinds"] = ("CPU",) if op == "o2" else ("GPU",)
+    devices = DeviceSet.parse("/device:GPU:0,/device:CPU:0", 10**9, intra_host=UNIT_LINK)
+    placement = place_cost_graph(graph, devices, "auto")
+
+    assert placement.assignment == {op: "/device:CPU:0" if op == "o2" else "/device:GPU:0" for op in graph}
+    assert placement.step_time == pytest.approx(2005.0)
+
+
+def test_details_name_the_winner_and_each_candidates_simulated_step_and_peak_memory():
+    graph, spec, fraction = GRAPHS[0]
+    devices = devices_for(graph, spec, fraction)
+    placement = place_cost_graph(graph, devices, "auto")
+    details = placement.details
+
+    names = [c["name"] for c in details["candidates"]]
+    assert names[:3] == ["metis", "single", "celeritas"]
+    assert details["winner"].split(" + ")[0] in names
+    simulated = simulated_candidates(placement)
+    assert len(simulated) <= details["simulations"]
+    for candidate in simulated:
+        assert set(candidate) == {"name", "step_time", "peak_memory", "tier"}
+        assert set(candidate["peak_memory"]) <= {d.name for d in devices.all_devices}
+    assert details["tier"] == "fits"
+    kept = details["moves"]["kept"]
+    origin = next(c for c in simulated if c["name"] == details["winner"].split(" + ")[0])
+    assert (placement.step_time < origin["step_time"]) == (kept > 0)
+
+
+def test_the_budget_bounds_the_simulations():
+    graph, spec, fraction = GRAPHS[0]
+    devices = devices_for(graph, spec, fraction)
+    indexed = index_graph(graph, devices.typical_link)
+    small = auto(indexed, devices, budget=1)
+    larger = auto(indexed, devices, budget=10 * len(indexed))
+
+    assert small.details["simulations"] == MIN_SIMULATIONS
+    assert larger.details["simulations"] == 10
+    assert larger.estimated_makespan <= small.estimated_makespan
+
+
+@pytest.mark.parametrize(("option", "value"), [("margin", -0.1), ("margin", 1.0), ("budget", 0)])
+def test_a_margin_outside_zero_to_one_or_a_budget_below_one_is_rejected(option, value):
+    graph = chain_graph([1.0, 1.0], [1])
+    with pytest.raises(ValueError, match=option):
+        place_cost_graph(graph, gpus(2), "auto", **{option: value})
+
+
+def test_an_empty_graph_gets_an_empty_placement():
+    placement = place_cost_graph(chain_graph([], []), gpus(2), "auto")
+
+    assert placement.assignment == {}
+    assert placement.step_time == 0.0
+    assert np.isfinite(placement.details["candidates"][0]["step_time"])

@@ -1,0 +1,371 @@
+"""The ``auto`` placer: the fastest placement the simulator finds that fits in memory.
+
+Each placer of this package decides with its own model of the step (a static memory estimate that
+keeps every output for the whole step, a schedule without link contention, a cut that ignores
+memory); every placement is then scored by one simulator (:func:`tfplace.simulator.simulate`).
+``auto`` makes that simulator the judge:
+
+1. **Portfolio.** The graph is placed by registered placers, METIS, one device and Celeritas
+   (:data:`ALWAYS`) and, on graphs of at most :data:`SMALL_GRAPH_OPS` ops, every other one; then
+   by METIS variants on the contracted graph of :mod:`tfplace.placer.metis`: ``2 .. m`` parts,
+   vertex weights from compute or from the static memory (pymetis balances one of them), a loose
+   imbalance (:data:`VARIANT_IMBALANCE`) and several seeds. Which cut leaves the devices running
+   in parallel without waiting for transfers is not visible to METIS; it varies from seed to seed,
+   and the simulator tells.
+2. **Judging.** A candidate *fits* when its simulated peak memory stays within ``1 - margin`` of
+   every device's memory (the simulator's memory model is approximate: 5% by default).
+   Candidates rank by tier, fits first, then those that only fit the bare memory (no
+   out-of-memory event), then those out of memory by the fewest bytes over capacity in all;
+   within a tier by the simulated step. Ties go to the earlier candidate.
+3. **Local improvement.** From the best candidate, blocks of co-location groups (a finer METIS
+   partition, :data:`BLOCKS_PER_DEVICE` parts per device, split by the device each group is on)
+   move to another target device, the blocks exchanging the most bytes with that device first; a
+   move is kept when it ranks better. It stops when the budget is spent or no move ranks better.
+
+The budget: simulating a step costs about 8 us per op, more than placing it, so ``auto`` runs
+``budget // ops`` simulations (between :data:`MIN_SIMULATIONS` and :data:`MAX_SIMULATIONS`),
+:data:`PORTFOLIO_SHARE` of them on the portfolio and the rest on local improvement. A placement
+simulated before, or one that cannot beat the best fitting placement (its busiest device's compute
+alone takes longer than that step), is not simulated. On graphs so large that fewer simulations
+than :data:`ALWAYS` placers are allowed, the later ones are left out. Everything is deterministic:
+the portfolio's order, METIS's seeds and the moves' order are fixed.
+
+``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
+it) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per device and tier,
+or why it was not simulated), ``simulations``, ``moves`` (tried and kept) and ``margin``; with
+``warning`` when the placement runs out of memory in the simulator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from tfplace.devices import DeviceSet
+from tfplace.indexed import IndexedGraph
+from tfplace.placer import PLACERS, placer_function
+from tfplace.placer.base import PlacerOutput
+from tfplace.placer.ledger import MemoryLedger
+from tfplace.placer.metis import contracted_graph, group_weights, partition
+from tfplace.simulator import simulate
+
+__all__ = ["ALWAYS", "DEFAULT_BUDGET", "DEFAULT_MARGIN", "auto"]
+
+#: Share of each device's memory the simulated peak may not use, by default.
+DEFAULT_MARGIN = 0.05
+#: Op-simulations (ops times simulated steps) ``auto`` spends, by default: about 4 s.
+DEFAULT_BUDGET = 500_000
+#: Bounds of the simulations, whatever the budget and the graph's size.
+MIN_SIMULATIONS = 2
+MAX_SIMULATIONS = 64
+#: Share of the simulations for the portfolio; local improvement has the rest.
+PORTFOLIO_SHARE = 0.75
+#: Registered placers always in the portfolio, in this order.
+ALWAYS = ("metis", "single", "celeritas")
+#: Graphs of at most this many ops get every registered placer in the portfolio.
+SMALL_GRAPH_OPS = 5_000
+#: METIS variants: imbalance (a loose balance cuts fewer bytes) and seeds.
+VARIANT_IMBALANCE = 0.3
+VARIANT_SEEDS = (1, 2, 3, 4)
+#: Parts per target device of the finer partition local improvement moves.
+BLOCKS_PER_DEVICE = 4
+
+FITS, NO_MARGIN, OUT_OF_MEMORY = 0, 1, 2
+_TIERS = ("fits", "fits without the margin", "out of memory")
+
+Contracted = tuple[np.ndarray, Any, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A simulated candidate.
+
+    Attributes
+    ----------
+    name : str
+    op_devices : numpy.ndarray
+        Device of each op (index into ``devices.all_devices``).
+    step_time : float
+        Simulated seconds of the step.
+    peak_memory : numpy.ndarray
+        Simulated peak bytes of each device.
+    tier : int
+        :data:`FITS`, :data:`NO_MARGIN` or :data:`OUT_OF_MEMORY`.
+    excess : int
+        Bytes over capacity, summed over the devices (``0`` unless out of memory).
+    """
+
+    name: str
+    op_devices: np.ndarray
+    step_time: float
+    peak_memory: np.ndarray
+    tier: int
+    excess: int
+
+    @property
+    def rank(self) -> tuple[int, int, float]:
+        """Lower is better: tier, bytes over capacity, step."""
+        return self.tier, self.excess, self.step_time
+
+
+class _Judge:
+    """Simulates candidates within a budget and keeps the best ranked one."""
+
+    def __init__(self, graph: IndexedGraph, devices: DeviceSet, margin: float, simulations: int):
+        self.graph, self.devices = graph, devices
+        self.capacity = np.array([d.memory for d in devices.all_devices], dtype=np.int64)
+        self.limit = self.capacity * (1.0 - margin)
+        self.left = simulations
+        self.simulated = 0
+        self.best: Scored | None = None
+        self.records: list[dict[str, Any]] = []
+        self._seen: set[bytes] = set()
+
+    def consider(self, name: str, op_devices: np.ndarray, *, record: bool = True) -> None:
+        """Simulate ``op_devices`` unless it was seen, cannot win or the budget is spent."""
+        key = hashlib.blake2b(op_devices.tobytes(), digest_size=16).digest()
+        reason = self._skip_reason(key, op_devices)
+        if reason is not None:
+            if record:
+                self.records.append({"name": name, "skipped": reason})
+            return
+        self._seen.add(key)
+        scored = self._simulate(name, op_devices)
+        if self.best is None or scored.rank < self.best.rank:
+            self.best = scored
+        if record:
+            self.records.append(self._record(scored))
+
+    def _skip_reason(self, key: bytes, op_devices: np.ndarray) -> str | None:
+        if key in self._seen:
+            return "the placement of an earlier candidate"
+        if self.left <= 0:
+            return "the simulation budget is spent"
+        best = self.best
+        if best is not None and best.tier == FITS:
+            busiest = float(np.bincount(op_devices, weights=self.graph.compute).max(initial=0.0))
+            if busiest >= best.step_time:
+                return f"its busiest device computes {busiest:.6g} s, not faster than {best.name}"
+        return None
+
+    def _simulate(self, name: str, op_devices: np.ndarray) -> Scored:
+        self.left -= 1
+        self.simulated += 1
+        result = simulate(self.graph, op_devices, self.devices)
+        peak = result.peak_memory
+        excess = int(np.maximum(peak - self.capacity, 0).sum())
+        tier = OUT_OF_MEMORY if excess else FITS if (peak <= self.limit).all() else NO_MARGIN
+        return Scored(name, op_devices, float(result.makespan), peak, tier, excess)
+
+    def _record(self, scored: Scored) -> dict[str, Any]:
+        names = [d.name for d in self.devices.all_devices]
+        return {
+            "name": scored.name,
+            "step_time": scored.step_time,
+            "peak_memory": {names[d]: int(p) for d, p in enumerate(scored.peak_memory) if p},
+            "tier": _TIERS[scored.tier],
+        }
+
+
+def auto(
+    graph: IndexedGraph,
+    devices: DeviceSet,
+    *,
+    margin: float = DEFAULT_MARGIN,
+    budget: int = DEFAULT_BUDGET,
+) -> PlacerOutput:
+    """The best ranked of the portfolio's placements after local improvement (module docstring).
+
+    Parameters
+    ----------
+    graph : IndexedGraph
+    devices : DeviceSet
+    margin : float
+        Share of each device's memory the simulated peak must leave free to fit, in ``[0, 1)``.
+    budget : int
+        Op-simulations to spend (``ops * simulations``), > 0.
+
+    Returns
+    -------
+    PlacerOutput
+        ``details`` as the module docstring says.
+    """
+    if not 0 <= margin < 1:
+        raise ValueError(f"auto's memory margin must be in [0, 1), got {margin}")
+    if budget <= 0:
+        raise ValueError(f"auto's budget must be > 0 op-simulations, got {budget}")
+    simulations = min(MAX_SIMULATIONS, max(MIN_SIMULATIONS, budget // max(len(graph), 1)))
+    judge = _Judge(graph, devices, margin, simulations)
+    contracted = contracted_graph(graph)
+    template = MemoryLedger(graph, devices)
+    portfolio = max(1, round(simulations * PORTFOLIO_SHARE))
+    for name, place in _candidates(template, contracted):
+        if judge.simulated >= portfolio or judge.left <= 0:
+            break
+        judge.consider(name, place())
+    moves = _improve(judge, template, contracted)
+    best = judge.best
+    assert best is not None, "the portfolio simulates its first candidate"
+    return PlacerOutput(
+        op_devices=best.op_devices,
+        ledger=_ledger(template, _group_devices(graph, best.op_devices)),
+        estimated_makespan=best.step_time,
+        details={
+            "winner": best.name,
+            "tier": _TIERS[best.tier],
+            "candidates": judge.records,
+            "simulations": judge.simulated,
+            "moves": moves,
+            "margin": margin,
+            **({"warning": _out_of_memory_warning(best)} if best.tier == OUT_OF_MEMORY else {}),
+        },
+    )
+
+
+def _candidates(
+    template: MemoryLedger, contracted: Contracted
+) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
+    """The portfolio in order: ``(name, function returning op devices)``, placed only when asked;
+    ``template`` is an empty ledger of the graph and devices."""
+    graph, devices = template.graph, template.devices
+    for name in _registered(len(graph)):
+        yield name, partial(_registered_placement, name, graph, devices)
+    vertex_weights, adjacency, edge_weights = contracted
+    balances = {"compute": vertex_weights, "memory": group_weights(graph, graph.memory)}
+    for seed in VARIANT_SEEDS:
+        for balance, weights in balances.items():
+            for parts in range(2, len(devices) + 1):
+                cut = partial(
+                    partition, weights, adjacency, edge_weights, parts, imbalance=VARIANT_IMBALANCE, seed=seed
+                )
+                name = f"metis(parts={parts}, balance={balance}, seed={seed})"
+                yield name, partial(_partition_placement, template, cut)
+
+
+def _registered(ops: int) -> list[str]:
+    """Registered placers of the portfolio: :data:`ALWAYS`, then the others on small graphs."""
+    others = [p for p in PLACERS if p not in ALWAYS and p != "auto"] if ops <= SMALL_GRAPH_OPS else []
+    return [*ALWAYS, *others]
+
+
+def _registered_placement(name: str, graph: IndexedGraph, devices: DeviceSet) -> np.ndarray:
+    return placer_function(name)(graph, devices).op_devices
+
+
+def _partition_placement(template: MemoryLedger, cut: Callable[[], np.ndarray]) -> np.ndarray:
+    """Part ``k`` of the groups on target ``k``, through the ledger (which sends a group that
+    cannot run there where it can)."""
+    return _ledger(template, cut()).op_devices()
+
+
+def _ledger(template: MemoryLedger, group_devices: np.ndarray) -> MemoryLedger:
+    """A ledger with group ``g`` committed to device ``group_devices[g]``."""
+    ledger = template.blank()
+    for device in np.unique(group_devices).tolist():
+        ledger.commit(np.flatnonzero(group_devices == device).tolist(), device)
+    return ledger
+
+
+def _group_devices(graph: IndexedGraph, op_devices: np.ndarray) -> np.ndarray:
+    """Device of each co-location group (every member is on it)."""
+    first = np.array([members[0] for members in graph.group_members], dtype=np.int64)
+    return op_devices[first] if len(first) else np.zeros(0, dtype=np.int64)
+
+
+def _improve(judge: _Judge, template: MemoryLedger, contracted: Contracted) -> dict[str, int]:
+    """Local improvement (module docstring, step 3) of the judge's best placement; returns the
+    moves ``tried`` (simulated, or skipped as seen or hopeless) and ``kept``."""
+    moves = {"tried": 0, "kept": 0}
+    best = judge.best
+    assert best is not None
+    if len(contracted[0]) < 2 or template.num_targets < 2:
+        return moves
+    blocks = _Blocks.of(template, contracted)
+    origin, graph = best.name, template.graph
+    while judge.left > 0:
+        placed = _group_devices(graph, best.op_devices)
+        name = f"{origin} + {moves['kept'] + 1} moves"
+        for members, device in blocks.moves(placed):
+            if judge.left <= 0:
+                break
+            trial = placed.copy()
+            trial[members] = device
+            moves["tried"] += 1
+            judge.consider(name, trial[graph.group], record=False)
+            if judge.best is not best:
+                break
+        if judge.best is best or judge.best is None:
+            break
+        best = judge.best
+        moves["kept"] += 1
+    return moves
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """What local improvement moves: blocks of a finer partition of the groups, cut by device.
+
+    ``fine`` is each group's part, ``allowed[g, d]`` whether group ``g`` can run on target ``d``,
+    ``src``, ``dst`` and ``weights`` the contracted graph's edges (both directions) and bytes.
+    """
+
+    fine: np.ndarray
+    allowed: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, template: MemoryLedger, contracted: Contracted) -> _Blocks:
+        """:data:`BLOCKS_PER_DEVICE` parts per target, each of about as many groups (a group's
+        compute can exceed a block's share, which METIS cannot balance)."""
+        vertex_weights, adjacency, edge_weights = contracted
+        groups, targets = len(vertex_weights), template.num_targets
+        fine = partition(
+            np.ones_like(vertex_weights),
+            adjacency,
+            edge_weights,
+            min(BLOCKS_PER_DEVICE * targets, groups),
+            imbalance=VARIANT_IMBALANCE,
+            seed=VARIANT_SEEDS[0],
+        )
+        allowed = np.zeros((groups, targets), dtype=bool)
+        for group, devices in enumerate(template.group_targets):
+            allowed[group, list(devices)] = True
+        starts = np.asarray(adjacency.adj_starts, dtype=np.int64)
+        src = np.repeat(np.arange(groups), np.diff(starts))
+        return cls(fine, allowed, src, np.asarray(adjacency.adjacent, dtype=np.int64), edge_weights)
+
+    def moves(self, placed: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
+        """``(groups, target)``: each block on a target device to each other target, by decreasing
+        bytes it would stop sending (its edge weight to the target minus that to its own device);
+        only the groups that can run on the target move."""
+        targets = self.allowed.shape[1]
+        block_ids, block = np.unique(placed * (int(self.fine.max()) + 1) + self.fine, return_inverse=True)
+        block_device = np.zeros(len(block_ids), dtype=np.int64)
+        block_device[block] = placed
+        flows = np.zeros((len(block_ids), max(targets, int(placed.max()) + 1)))
+        np.add.at(flows, (block[self.src], placed[self.dst]), self.weights)
+        ranked = sorted(
+            (flows[b, own] - flows[b, device], b, device)
+            for b, own in enumerate(block_device.tolist())
+            if own < targets
+            for device in range(targets)
+            if device != own
+        )
+        for _, b, device in ranked:
+            members = np.flatnonzero((block == b) & self.allowed[:, device])
+            if len(members):
+                yield members, device
+
+
+def _out_of_memory_warning(best: Scored) -> str:
+    return (
+        f"no candidate placement fits in memory in the simulator; the placement chosen ({best.name}) "
+        f"exceeds device memory by {best.excess:,} bytes in all"
+    )
