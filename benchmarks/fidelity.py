@@ -6,8 +6,8 @@ loopback worker processes), the step is
 - simulated (:func:`tfplace.simulator.simulate`) on the costs Standard Evaluation measured at the
   batch size, with the transfer model and the per-worker step overhead calibrated on the same
   loopback cluster (:func:`tfplace.estimator.calibration.calibrate_transfer`,
-  :func:`~tfplace.estimator.calibration.calibrate_step_overhead`); gRPC's copies between the
-  workers run on their CPUs (``TransferModel.device_copies``),
+  :func:`~tfplace.estimator.calibration.calibrate_step_overhead`) and the CPU the workers spend
+  on gRPC's copies (``TransferModel.copy_k``, :func:`~tfplace.estimator.calibration.calibrate_copy_cpu`),
 - and measured (:func:`tfplace.runner.run_placement`: warm-up steps dropped, the mean of the next
   ones), ``--repeats`` times in turns across the placements; ``--statistic`` combines the means
   (the smallest by default: other processes only add time).
@@ -211,7 +211,7 @@ def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: li
 def main(argv: Sequence[str]) -> None:
     del argv
     from tfplace.devices import Device, DeviceSet
-    from tfplace.estimator.calibration import calibrate_step_overhead, calibrate_transfer
+    from tfplace.estimator.calibration import calibrate_copy_cpu, calibrate_step_overhead, calibrate_transfer
     from tfplace.tf_graph.cluster import LocalCluster
 
     unknown = sorted(set(FLAGS.models) - set(MODEL_SIZES))
@@ -225,9 +225,10 @@ def main(argv: Sequence[str]) -> None:
         wait_for_quiet()
         calibration_load = load()
         link = calibrate_transfer(
-            names[0], names[1], target=cluster.target, repeats=FLAGS.calibration_repeats
+            names[0], names[1], target=cluster.target, repeats=FLAGS.calibration_repeats, counts=None
         )
-        link = dataclasses.replace(link, device_copies=True)  # gRPC copies run on the workers' CPUs
+        copy_k = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
+        link = dataclasses.replace(link, copy_k=min(copy_k, link.k))  # gRPC copies run on the workers' CPUs
         overhead = calibrate_step_overhead(names, target=cluster.target)
         devices = DeviceSet(tuple(Device(n, 1 << 40) for n in names), inter_host=link, step_overhead=overhead)
         for name in FLAGS.models:
@@ -240,8 +241,8 @@ def main(argv: Sequence[str]) -> None:
         for row in rows:
             writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
     print(
-        f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us "
-        f"of which latency {link.latency * 1e6:.0f} us, step overhead {overhead * 1e6:.0f} us per worker"
+        f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us, "
+        f"copies {link.copy_k:.3e} s/B of CPU on each side, step overhead {overhead * 1e6:.0f} us per worker"
     )
     print(output.read_text(), end="")
     print(

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from tfplace.estimator.calibration import calibrate_transfer
+from tfplace.estimator.calibration import calibrate_copy_cpu, calibrate_transfer
 from tfplace.tf_graph.cluster import LocalCluster
 
 SMALL_SIZES = (2**10, 2**16, 2**20)
@@ -58,6 +58,10 @@ def test_loopback_workers_carry_a_calibrated_transfer_and_leave_no_process_or_po
             cluster.device(0), cluster.device(1), target=cluster.target, sizes=SMALL_SIZES, repeats=2
         )
         assert_usable(model)
+        copy_k = calibrate_copy_cpu(
+            cluster.device(0), cluster.device(1), pids, target=cluster.target, repeats=3
+        )
+        assert 0 < copy_k < 1e-8  # the gRPC copies cost the workers CPU: about 0.3 ns per byte each here
     assert not any(is_running(pid) for pid in pids)
     assert not any(accepts(port) for port in ports)
 

@@ -194,7 +194,7 @@ def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_when_they_have_
         [("a", "x", 4), ("a", "z", 0), ("y", "x", 0)], compute={"a": 1, "z": 1, "x": 1, "y": 3}
     )
     assignment = {"a": 0, "z": 0, "x": 1, "y": 1}
-    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, device_copies=True))
+    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, copy_k=1.0))
     result = simulate(graph, placed(graph, assignment), copies, record=True)
     start = {task.op: task.start for task in result.schedule.ops}
     assert start["z"] == pytest.approx(1)  # ready ops first: GPU:0 copies from 2 to 6
@@ -205,6 +205,15 @@ def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_when_they_have_
         graph, placed(graph, assignment), gpus(intra_host=TransferModel(k=1.0, b=2.0)), record=True
     )
     assert {task.op: task.start for task in on_channels.schedule.ops}["x"] == pytest.approx(1 + 4 + 2)
+
+
+def test_a_transfer_copied_by_the_devices_alone_takes_k_bytes_plus_b_and_holds_them_for_copy_k_bytes():
+    graph = chain_graph([1, 1], [4])
+    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, copy_k=0.5))
+    result = simulate(graph, np.array([0, 1]), copies, record=True)
+    assert result.makespan == pytest.approx(1 + (4 * 1.0 + 2) + 1)
+    [sent] = result.schedule.transfers
+    assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(1 + 4 * 0.5))
 
 
 # Rule 3: control dependencies.

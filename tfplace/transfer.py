@@ -39,27 +39,32 @@ class TransferModel:
         overlap. A transfer holds the link for :meth:`occupancy` and its tensor arrives
         ``latency`` later. gRPC between TensorFlow workers has such a latency: on loopback,
         16 small tensors sent at once take far less than 16 times one tensor's ``b``.
-    device_copies : bool
-        ``True`` when the devices' own processors copy the bytes, as between TensorFlow processes
-        on CPUs (gRPC serializes on the sender and deserializes on the receiver: on loopback each
-        byte sent cost about 0.6 ns of CPU here, split between the two processes, while the fixed
-        cost per tensor took little CPU). A transfer then runs as a task on the sender and one on
-        the receiver (Celeritas section 6.1 adds such tasks), each holding its device for
-        ``k * bytes``, instead of on link channels; all of ``b`` is then a latency (the request's
-        round trip), and ``latency`` is not used. ``False`` (the default) when a DMA engine or a
-        NIC copies while the devices compute.
+    copy_k : float
+        Seconds per byte that the sender and the receiver *each* spend copying, when the devices'
+        own processors copy the bytes, as between TensorFlow processes on CPUs (gRPC serializes on
+        the sender and deserializes on the receiver; the fixed cost per tensor takes little CPU).
+        A transfer then runs as a task on the sender and one on the receiver (Celeritas section
+        6.1 adds such tasks), each holding its device for ``copy_k * bytes``, instead of on link
+        channels, and the tensor arrives ``b + (k - copy_k) * bytes`` later (so a transfer alone
+        still takes ``k * bytes + b``; ``latency`` is not used). ``0 <= copy_k <= k``;
+        :func:`tfplace.estimator.calibration.calibrate_copy_cpu` measures it. ``0`` (the default)
+        when a DMA engine or a NIC copies while the devices compute.
     """
 
     k: float
     b: float
     name: str = "custom"
     latency: float = 0.0
-    device_copies: bool = False
+    copy_k: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.k >= 0 and self.b >= 0):
             raise ValueError(
                 f"transfer model {self.name!r} needs k >= 0 and b >= 0, got k={self.k}, b={self.b}"
+            )
+        if not 0 <= self.copy_k <= self.k:
+            raise ValueError(
+                f"transfer model {self.name!r} needs 0 <= copy_k <= k, got copy_k={self.copy_k}, k={self.k}"
             )
         if not 0 <= self.latency <= self.b:
             raise ValueError(
@@ -116,12 +121,12 @@ class TransferModel:
         return PRESETS["pcie3_x16"]
 
     def to_dict(self) -> dict[str, float | str]:
-        """``k``, ``b``, ``name``; ``latency`` and ``device_copies`` when they are not the default."""
+        """``k``, ``b``, ``name``; ``latency`` and ``copy_k`` when they are not 0."""
         spec: dict[str, float | str] = {"k": self.k, "b": self.b, "name": self.name}
         if self.latency:
             spec["latency"] = self.latency
-        if self.device_copies:
-            spec["device_copies"] = True
+        if self.copy_k:
+            spec["copy_k"] = self.copy_k
         return spec
 
     @classmethod
@@ -131,7 +136,7 @@ class TransferModel:
             b=float(spec["b"]),
             name=str(spec.get("name", "custom")),
             latency=float(spec.get("latency", 0.0)),
-            device_copies=bool(spec.get("device_copies", False)),
+            copy_k=float(spec.get("copy_k", 0.0)),
         )
 
 

@@ -24,11 +24,13 @@ and the intercept of the time against the count is the link's ``latency``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,7 @@ from tfplace.transfer import TransferModel
 __all__ = [
     "DEFAULT_COUNTS",
     "DEFAULT_SIZES",
+    "calibrate_copy_cpu",
     "calibrate_step_overhead",
     "calibrate_transfer",
     "latency_from_counts",
@@ -73,11 +76,20 @@ def time_transfers(
     many steps doing the same work without sending it (at least 0); both kinds of step run on both
     devices. See :func:`calibrate_transfer` for the parameters.
     """
-    import tensorflow as tf
-
     bad = [size for size in sizes if size < 4]
     if bad:
         raise ValueError(f"transfer sizes must be at least 4 bytes (one float32), got {bad}")
+    build = _payload_steps(src_device, dst_device, sizes)
+    label = f"calibrating {src_device} -> {dst_device}"
+    return _time_differences(dst_device, build, sizes, label, target, config, repeats)
+
+
+def _payload_steps(
+    src_device: str, dst_device: str, sizes: Sequence[int]
+) -> Callable[[Any], list[tuple[Any, Any]]]:
+    """``build(anchor)`` for :func:`_time_differences`: per size, a variable of that many bytes on
+    ``src_device``, one element of it taken there (``same``) or on ``dst_device`` (``crossing``)."""
+    import tensorflow as tf
 
     def build(anchor: Any) -> list[tuple[Any, Any]]:
         steps = []
@@ -91,8 +103,7 @@ def time_transfers(
             steps.append(([local, anchor], [local, remote]))
         return steps
 
-    label = f"calibrating {src_device} -> {dst_device}"
-    return _time_differences(src_device, dst_device, build, sizes, label, target, config, repeats)
+    return build
 
 
 def time_concurrent_transfers(
@@ -127,11 +138,38 @@ def time_concurrent_transfers(
         return steps
 
     label = f"calibrating concurrent transfers {src_device} -> {dst_device}"
-    return _time_differences(src_device, dst_device, build, counts, label, target, config, repeats)
+    return _time_differences(dst_device, build, counts, label, target, config, repeats)
+
+
+@contextlib.contextmanager
+def _calibration_session(
+    dst_device: str, build: Callable[[Any], list[tuple[Any, Any]]], target: str, config: Any
+) -> Iterator[tuple[Any, list[tuple[Any, Any]]]]:
+    """A session and the ``(same, crossing)`` pairs of fetches ``build(anchor)`` makes.
+
+    ``anchor`` is a scalar computed on ``dst_device`` that the ``same`` fetches include, so that
+    both steps run on both devices. The variables live in a container of their own, reset on a
+    remote target afterwards.
+    """
+    import tensorflow as tf
+
+    container = f"tfplace_calibration_{uuid.uuid4().hex}"
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.container(container):
+        with tf.device(dst_device):
+            anchor = tf.compat.v1.Variable(tf.zeros([1]), name="anchor").read_value()[0]
+        steps = build(anchor)
+        initializer = tf.compat.v1.global_variables_initializer()
+    try:
+        with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+            session.run(initializer)
+            yield session, steps
+    finally:
+        if target:  # a remote server keeps the variables until their container is reset
+            tf.compat.v1.Session.reset(target, [container])
 
 
 def _time_differences(
-    src_device: str,
     dst_device: str,
     build: Callable[[Any], list[tuple[Any, Any]]],
     items: Sequence[int],
@@ -140,38 +178,19 @@ def _time_differences(
     config: Any,
     repeats: int,
 ) -> list[float]:
-    """Per ``(same, crossing)`` pair of fetches that ``build(anchor)`` makes (one per item), the
-    median time of ``crossing`` minus that of ``same``, the two timed alternately.
-
-    ``anchor`` is a scalar computed on ``dst_device`` that the ``same`` fetches include, so that
-    both steps run on both devices. The variables live in a container of their own, reset on a
-    remote target afterwards.
-    """
-    import tensorflow as tf
-
+    """Per ``(same, crossing)`` pair of :func:`_calibration_session` (one per item), the median
+    time of ``crossing`` minus that of ``same``, the two timed alternately."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    container = f"tfplace_calibration_{uuid.uuid4().hex}"
-    graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.container(container):
-        with tf.device(dst_device):
-            anchor = tf.compat.v1.Variable(tf.zeros([1]), name="anchor").read_value()[0]
-        steps = build(anchor)
-        initializer = tf.compat.v1.global_variables_initializer()
     seconds = []
-    try:
-        with tf.compat.v1.Session(target, graph=graph, config=config) as session:
-            session.run(initializer)
-            for _, (same, crossing) in track(zip(items, steps), label, detail=_item):
-                session.run([same, crossing])  # warm up both paths
-                same_times, crossing_times = [], []
-                for _ in range(repeats):
-                    same_times.append(_timed(session, same))
-                    crossing_times.append(_timed(session, crossing))
-                seconds.append(max(statistics.median(crossing_times) - statistics.median(same_times), 0.0))
-    finally:
-        if target:  # a remote server keeps the variables until their container is reset
-            tf.compat.v1.Session.reset(target, [container])
+    with _calibration_session(dst_device, build, target, config) as (session, steps):
+        for _, (same, crossing) in track(zip(items, steps), label, detail=_item):
+            session.run([same, crossing])  # warm up both paths
+            same_times, crossing_times = [], []
+            for _ in range(repeats):
+                same_times.append(_timed(session, same))
+                crossing_times.append(_timed(session, crossing))
+            seconds.append(max(statistics.median(crossing_times) - statistics.median(same_times), 0.0))
     return seconds
 
 
@@ -299,3 +318,44 @@ def calibrate_step_overhead(
     if not devices:
         raise ValueError("calibrating the step overhead needs at least one device")
     return overhead_per_host(time_step_overheads(devices, target=target, config=config, repeats=repeats))
+
+
+def calibrate_copy_cpu(
+    src_device: str,
+    dst_device: str,
+    processes: Sequence[int],
+    *,
+    target: str = "",
+    config: Any = None,
+    size: int = 2**26,
+    repeats: int = 5,
+) -> float:
+    """CPU seconds per byte that the sending and the receiving process each spend on a transfer.
+
+    The link's ``copy_k`` (:class:`~tfplace.transfer.TransferModel`) when the devices' processors
+    copy the bytes (gRPC between TensorFlow processes on CPUs). Reads the CPU time of
+    ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
+    ``repeats`` steps that send ``size`` bytes and as many that do the same work without sending
+    them, and returns the difference per byte and process. CPU time, unlike wall-clock time,
+    hardly changes when other processes share the machine. Linux only (``/proc``).
+    """
+    if repeats < 1 or size < 4:
+        raise ValueError(f"need repeats >= 1 and size >= 4 bytes, got {repeats}, {size}")
+    build = _payload_steps(src_device, dst_device, [size])
+    with _calibration_session(dst_device, build, target, config) as (session, steps):
+        [(same, crossing)] = steps
+        session.run([same, crossing])
+        spent = []
+        for fetch in (same, crossing):
+            before = sum(_process_cpu_seconds(pid) for pid in processes)
+            for _ in range(repeats):
+                session.run(fetch)
+            spent.append(sum(_process_cpu_seconds(pid) for pid in processes) - before)
+    return max(spent[1] - spent[0], 0.0) / (len(processes) * repeats * size)
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
