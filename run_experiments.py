@@ -97,7 +97,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_list(
     "placers",
-    ["metis", "m_topo", "m_etf", "m_sct", "order_place", "celeritas", "dfs_topo", "single"],
+    ["metis", "m_topo", "m_etf", "m_sct", "order_place", "celeritas", "dfs_topo", "single", "auto"],
     "Placers compared.",
 )
 flags.DEFINE_list(

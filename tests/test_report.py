@@ -113,6 +113,15 @@ def test_step_time_table_marks_oom_bolds_the_fastest_fit_and_puts_the_papers_row
     )
 
 
+def test_auto_has_a_tfplace_auto_column_and_is_no_baseline_of_the_speed_up_column():
+    runs = [run("m_topo", 3.0), run("celeritas", 2.4), run("auto", 2.0)]
+    table = step_time_table(runs)
+    assert table.columns[2:5] == ("m-TOPO", "Celeritas", "tfplace auto")
+    ours = table.rows[0]
+    assert ours[2:5] == ("3.000", "2.400", "**2.000**")
+    assert ours[-1] == "+20.0% vs m-TOPO"
+
+
 def test_nmt_while_is_compared_with_the_papers_nmt():
     table = step_time_table([run("metis", 1.0, model="nmt_while")])
     assert table.rows[1][:3] == ("nmt_while", "paper (measured)", "OOM")
