@@ -289,7 +289,7 @@ def _improve(judge: _Judge, template: MemoryLedger, contracted: Contracted) -> d
     origin, graph = best.name, template.graph
     while judge.left > 0:
         placed = _group_devices(graph, best.op_devices)
-        name = f"{origin} + {moves['kept'] + 1} moves"
+        name = f"{origin} + {moves['kept'] + 1} move{'s' if moves['kept'] else ''}"
         for members, device in blocks.moves(placed):
             if judge.left <= 0:
                 break
