@@ -72,8 +72,9 @@ SMALL_GRAPH_OPS = 5_000
 #: METIS variants: imbalance (a loose balance cuts fewer bytes) and seeds.
 VARIANT_IMBALANCE = 0.3
 VARIANT_SEEDS = (1, 2, 3, 4)
-#: Parts per target device of the finer partition local improvement moves.
+#: Parts per target device of the finer partition local improvement moves, and its METIS seed.
 BLOCKS_PER_DEVICE = 4
+BLOCKS_SEED = 1
 
 FITS, NO_MARGIN, OUT_OF_MEMORY = 0, 1, 2
 _TIERS = ("fits", "fits without the margin", "out of memory")
@@ -126,20 +127,24 @@ class _Judge:
         self.records: list[dict[str, Any]] = []
         self._seen: set[bytes] = set()
 
-    def consider(self, name: str, op_devices: np.ndarray, *, record: bool = True) -> None:
-        """Simulate ``op_devices`` unless it was seen, cannot win or the budget is spent."""
+    def consider(self, name: str, op_devices: np.ndarray, *, record: bool = True) -> Scored | None:
+        """Simulate ``op_devices`` unless it was seen, cannot win or the budget is spent; returns
+        its score when it ranks better than every placement before it. ``record`` keeps its
+        outcome for ``details["candidates"]``."""
         key = hashlib.blake2b(op_devices.tobytes(), digest_size=16).digest()
         reason = self._skip_reason(key, op_devices)
         if reason is not None:
             if record:
                 self.records.append({"name": name, "skipped": reason})
-            return
+            return None
         self._seen.add(key)
         scored = self._simulate(name, op_devices)
-        if self.best is None or scored.rank < self.best.rank:
-            self.best = scored
         if record:
             self.records.append(self._record(scored))
+        if self.best is not None and scored.rank >= self.best.rank:
+            return None
+        self.best = scored
+        return scored
 
     def _skip_reason(self, key: bytes, op_devices: np.ndarray) -> str | None:
         if key in self._seen:
@@ -288,22 +293,30 @@ def _improve(judge: _Judge, template: MemoryLedger, contracted: Contracted) -> d
     blocks = _Blocks.of(template, contracted)
     origin, graph = best.name, template.graph
     while judge.left > 0:
-        placed = _group_devices(graph, best.op_devices)
         name = f"{origin} + {moves['kept'] + 1} move{'s' if moves['kept'] else ''}"
-        for members, device in blocks.moves(placed):
-            if judge.left <= 0:
-                break
-            trial = placed.copy()
-            trial[members] = device
-            moves["tried"] += 1
-            judge.consider(name, trial[graph.group], record=False)
-            if judge.best is not best:
-                break
-        if judge.best is best or judge.best is None:
+        better = _first_better_move(judge, graph, blocks, _group_devices(graph, best.op_devices), name, moves)
+        if better is None:
             break
-        best = judge.best
+        best = better
         moves["kept"] += 1
     return moves
+
+
+def _first_better_move(
+    judge: _Judge, graph: IndexedGraph, blocks: _Blocks, placed: np.ndarray, name: str, moves: dict[str, int]
+) -> Scored | None:
+    """Try the moves of the groups ``placed`` on their devices in order, counting each in
+    ``moves["tried"]``, until one ranks best (its score) or none is left in the budget (``None``)."""
+    for members, device in blocks.moves(placed):
+        if judge.left <= 0:
+            return None
+        trial = placed.copy()
+        trial[members] = device
+        moves["tried"] += 1
+        better = judge.consider(name, trial[graph.group], record=False)
+        if better is not None:
+            return better
+    return None
 
 
 @dataclass(frozen=True)
@@ -332,7 +345,7 @@ class _Blocks:
             edge_weights,
             min(BLOCKS_PER_DEVICE * targets, groups),
             imbalance=VARIANT_IMBALANCE,
-            seed=VARIANT_SEEDS[0],
+            seed=BLOCKS_SEED,
         )
         allowed = np.zeros((groups, targets), dtype=bool)
         for group, devices in enumerate(template.group_targets):
