@@ -7,7 +7,8 @@ loopback worker processes), the step is
   batch size, with the transfer model and the per-worker step overhead calibrated on the same
   loopback cluster (:func:`tfplace.estimator.calibration.calibrate_transfer`,
   :func:`~tfplace.estimator.calibration.calibrate_step_overhead`) and the CPU the workers spend
-  on gRPC's copies (``TransferModel.copy_k``, :func:`~tfplace.estimator.calibration.calibrate_copy_cpu`),
+  on each transfer (``TransferModel.copy_k``, ``copy_b``:
+  :func:`~tfplace.estimator.calibration.calibrate_copy_cpu`),
 - and measured (:func:`tfplace.runner.run_placement`: warm-up steps dropped, the mean of the next
   ones), ``--repeats`` times in turns across the placements; ``--statistic`` combines the means
   (the smallest by default: other processes only add time).
@@ -51,6 +52,13 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float("max_load", 1.0, "Wait before each run until the 1-minute load average is below this.")
 flags.DEFINE_float("max_wait", 600.0, "Seconds to wait for a low load before measuring anyway.")
+flags.DEFINE_enum(
+    "costs",
+    "profile",
+    ["profile", "worker"],
+    "Per-op costs: Standard Evaluation's in-process profile at the batch size, or its step 2 run on "
+    "worker 0 (traced where the steps run).",
+)
 flags.DEFINE_integer("calibration_repeats", 10, "Timed steps per size when calibrating the transfer model.")
 flags.DEFINE_string("output", "results/fidelity.csv", "CSV file written.")
 flags.DEFINE_string(
@@ -141,6 +149,8 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
     from models import build_model
     from tfplace.api import estimate_costs
     from tfplace.costgraph import save_json
+    from tfplace.devices import DeviceSet
+    from tfplace.estimator.refine import refine_costs
     from tfplace.simulator import simulate
 
     knobs, batch = MODEL_SIZES[name]
@@ -156,6 +166,18 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
         cache_dir=FLAGS.cache_dir,
     )
     cost_graph = estimate.cost_graph
+    if FLAGS.costs == "worker":
+        cost_graph = refine_costs(
+            spec.graph,
+            spec.train_op,
+            spec.feed_fn,
+            cost_graph,
+            estimate.imported.cost_graph,
+            DeviceSet(devices.devices[:1], inter_host=devices.inter_host),
+            traced_steps=5,
+            init_op=spec.init_op,
+            cluster=cluster,
+        ).cost_graph
     cost_graph.set_transfer_model(devices.typical_link)
     if FLAGS.trace_dir:
         save_json(cost_graph, Path(FLAGS.trace_dir) / f"{name}.costgraph.json.gz")
@@ -227,8 +249,8 @@ def main(argv: Sequence[str]) -> None:
         link = calibrate_transfer(
             names[0], names[1], target=cluster.target, repeats=FLAGS.calibration_repeats, counts=None
         )
-        copy_k = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
-        link = dataclasses.replace(link, copy_k=min(copy_k, link.k))  # gRPC copies run on the workers' CPUs
+        copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
+        link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
         overhead = calibrate_step_overhead(names, target=cluster.target)
         devices = DeviceSet(tuple(Device(n, 1 << 40) for n in names), inter_host=link, step_overhead=overhead)
         for name in FLAGS.models:
@@ -242,7 +264,8 @@ def main(argv: Sequence[str]) -> None:
             writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
     print(
         f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us, "
-        f"copies {link.copy_k:.3e} s/B of CPU on each side, step overhead {overhead * 1e6:.0f} us per worker"
+        f"CPU on each side {link.copy_b * 1e6:.0f} us + {link.copy_k:.3e} s/B, "
+        f"step overhead {overhead * 1e6:.0f} us per worker"
     )
     print(output.read_text(), end="")
     print(

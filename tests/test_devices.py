@@ -125,7 +125,7 @@ def test_the_typical_link_is_the_one_most_device_pairs_use():
 
 
 def test_a_link_latency_and_copy_cost_are_kept_when_saved():
-    link = TransferModel(k=1e-9, b=2e-4, name="grpc", latency=1.5e-4, copy_k=0.7e-9)
+    link = TransferModel(k=1e-9, b=2e-4, name="grpc", latency=1.5e-4, copy_k=0.7e-9, copy_b=3e-5)
     assert link.time(1000) == pytest.approx(1e-6 + 2e-4)
     assert link.occupancy(1000) == pytest.approx(1e-6 + 0.5e-4)
     assert TransferModel.from_dict(link.to_dict()) == link
@@ -134,6 +134,8 @@ def test_a_link_latency_and_copy_cost_are_kept_when_saved():
         TransferModel(k=1e-9, b=1e-4, latency=2e-4)
     with pytest.raises(ValueError, match="copy_k <= k"):
         TransferModel(k=1e-9, b=1e-4, copy_k=2e-9)
+    with pytest.raises(ValueError, match="copy_b <= b"):
+        TransferModel(k=1e-9, b=1e-4, copy_b=2e-4)
 
 
 def test_a_negative_step_overhead_is_refused():

@@ -207,13 +207,13 @@ def test_a_copy_by_the_devices_holds_the_sender_and_the_receiver_when_they_have_
     assert {task.op: task.start for task in on_channels.schedule.ops}["x"] == pytest.approx(1 + 4 + 2)
 
 
-def test_a_transfer_copied_by_the_devices_alone_takes_k_bytes_plus_b_and_holds_them_for_copy_k_bytes():
+def test_a_transfer_done_by_the_devices_alone_takes_k_bytes_plus_b_and_holds_them_for_their_share():
     graph = chain_graph([1, 1], [4])
-    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, copy_k=0.5))
+    copies = gpus(intra_host=TransferModel(k=1.0, b=2.0, copy_k=0.5, copy_b=0.5))
     result = simulate(graph, np.array([0, 1]), copies, record=True)
     assert result.makespan == pytest.approx(1 + (4 * 1.0 + 2) + 1)
     [sent] = result.schedule.transfers
-    assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(1 + 4 * 0.5))
+    assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(1 + 0.5 + 4 * 0.5))
 
 
 # Rule 3: control dependencies.

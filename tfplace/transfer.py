@@ -49,6 +49,12 @@ class TransferModel:
         still takes ``k * bytes + b``; ``latency`` is not used). ``0 <= copy_k <= k``;
         :func:`tfplace.estimator.calibration.calibrate_copy_cpu` measures it. ``0`` (the default)
         when a DMA engine or a NIC copies while the devices compute.
+    copy_b : float
+        Seconds per transfer that the sender and the receiver each spend on it besides the bytes
+        (handling the request: about 23 us on the sender and 40 us on the receiver for gRPC on
+        loopback here); part of ``b`` (``0 <= copy_b <= b``). With ``copy_k``, a device is held
+        ``copy_b + copy_k * bytes`` and the tensor arrives ``b - copy_b + (k - copy_k) * bytes``
+        after both copies end.
     """
 
     k: float
@@ -56,6 +62,7 @@ class TransferModel:
     name: str = "custom"
     latency: float = 0.0
     copy_k: float = 0.0
+    copy_b: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.k >= 0 and self.b >= 0):
@@ -66,6 +73,10 @@ class TransferModel:
             raise ValueError(
                 f"transfer model {self.name!r} needs 0 <= copy_k <= k, got copy_k={self.copy_k}, k={self.k}"
             )
+        if not 0 <= self.copy_b <= self.b:
+            raise ValueError(
+                f"transfer model {self.name!r} needs 0 <= copy_b <= b, got copy_b={self.copy_b}, b={self.b}"
+            )
         if not 0 <= self.latency <= self.b:
             raise ValueError(
                 f"transfer model {self.name!r} needs 0 <= latency <= b, got latency={self.latency}, b={self.b}"
@@ -74,6 +85,11 @@ class TransferModel:
     def time(self, nbytes: float) -> float:
         """Seconds one transfer of ``nbytes`` takes; ``0`` for an empty transfer."""
         return self.k * nbytes + self.b if nbytes > 0 else 0.0
+
+    @property
+    def device_copies(self) -> bool:
+        """Whether the devices do the transfers' work themselves (``copy_k`` or ``copy_b`` set)."""
+        return self.copy_k > 0 or self.copy_b > 0
 
     def occupancy(self, nbytes: float) -> float:
         """Seconds one transfer of ``nbytes`` holds the link: :meth:`time` minus the latency."""
@@ -121,12 +137,14 @@ class TransferModel:
         return PRESETS["pcie3_x16"]
 
     def to_dict(self) -> dict[str, float | str]:
-        """``k``, ``b``, ``name``; ``latency`` and ``copy_k`` when they are not 0."""
+        """``k``, ``b``, ``name``; ``latency``, ``copy_k`` and ``copy_b`` when they are not 0."""
         spec: dict[str, float | str] = {"k": self.k, "b": self.b, "name": self.name}
         if self.latency:
             spec["latency"] = self.latency
         if self.copy_k:
             spec["copy_k"] = self.copy_k
+        if self.copy_b:
+            spec["copy_b"] = self.copy_b
         return spec
 
     @classmethod
@@ -137,6 +155,7 @@ class TransferModel:
             name=str(spec.get("name", "custom")),
             latency=float(spec.get("latency", 0.0)),
             copy_k=float(spec.get("copy_k", 0.0)),
+            copy_b=float(spec.get("copy_b", 0.0)),
         )
 
 

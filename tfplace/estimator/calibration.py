@@ -84,6 +84,28 @@ def time_transfers(
     return _time_differences(dst_device, build, sizes, label, target, config, repeats)
 
 
+def _concurrent_steps(
+    src_device: str, dst_device: str, counts: Sequence[int]
+) -> Callable[[Any], list[tuple[Any, Any]]]:
+    """``build(anchor)`` for :func:`_time_differences`: per count, that many tensors of 1 KiB made
+    on ``src_device`` and summed there (``same``) or on ``dst_device`` (``crossing``)."""
+    import tensorflow as tf
+
+    def build(anchor: Any) -> list[tuple[Any, Any]]:
+        steps = []
+        for count in counts:
+            with tf.device(src_device):
+                base = tf.compat.v1.Variable(tf.zeros([_CONCURRENT_BYTES // 4]), name=f"base_{count}")
+                tensors = [base.read_value() + float(i) for i in range(count)]
+                local = tf.add_n([tensor[0] for tensor in tensors])
+            with tf.device(dst_device):
+                remote = tf.add_n([tensor[0] for tensor in tensors])
+            steps.append(([local, anchor], [local, remote]))
+        return steps
+
+    return build
+
+
 def _payload_steps(
     src_device: str, dst_device: str, sizes: Sequence[int]
 ) -> Callable[[Any], list[tuple[Any, Any]]]:
@@ -120,23 +142,9 @@ def time_concurrent_transfers(
     Like :func:`time_transfers`: the median of steps that send them minus the median of steps
     doing the same work on ``src_device``, both steps running on both devices.
     """
-    import tensorflow as tf
-
     if not counts or min(counts) < 1:
         raise ValueError(f"tensor counts must be positive, got {list(counts)}")
-
-    def build(anchor: Any) -> list[tuple[Any, Any]]:
-        steps = []
-        for count in counts:
-            with tf.device(src_device):
-                base = tf.compat.v1.Variable(tf.zeros([_CONCURRENT_BYTES // 4]), name=f"base_{count}")
-                tensors = [base.read_value() + float(i) for i in range(count)]
-                local = tf.add_n([tensor[0] for tensor in tensors])
-            with tf.device(dst_device):
-                remote = tf.add_n([tensor[0] for tensor in tensors])
-            steps.append(([local, anchor], [local, remote]))
-        return steps
-
+    build = _concurrent_steps(src_device, dst_device, counts)
     label = f"calibrating concurrent transfers {src_device} -> {dst_device}"
     return _time_differences(dst_device, build, counts, label, target, config, repeats)
 
@@ -328,20 +336,51 @@ def calibrate_copy_cpu(
     target: str = "",
     config: Any = None,
     size: int = 2**26,
+    count: int = 200,
     repeats: int = 5,
-) -> float:
-    """CPU seconds per byte that the sending and the receiving process each spend on a transfer.
+) -> tuple[float, float]:
+    """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
 
-    The link's ``copy_k`` (:class:`~tfplace.transfer.TransferModel`) when the devices' processors
-    copy the bytes (gRPC between TensorFlow processes on CPUs). Reads the CPU time of
+    The link's ``copy_k`` and ``copy_b`` (:class:`~tfplace.transfer.TransferModel`) when the
+    devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
+    request's handling per tensor, serialization and copies per byte). Reads the CPU time of
     ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
-    ``repeats`` steps that send ``size`` bytes and as many that do the same work without sending
-    them, and returns the difference per byte and process. CPU time, unlike wall-clock time,
+    ``repeats`` steps that send one tensor of ``size`` bytes, then ``count`` tensors of 1 KiB,
+    each against as many steps doing the same work without sending, and solves
+    ``cpu = copy_b * tensors + copy_k * bytes`` per process. CPU time, unlike wall-clock time,
     hardly changes when other processes share the machine. Linux only (``/proc``).
+
+    Returns
+    -------
+    copy_k, copy_b : float
+        Seconds per byte and seconds per tensor, both >= 0.
     """
-    if repeats < 1 or size < 4:
-        raise ValueError(f"need repeats >= 1 and size >= 4 bytes, got {repeats}, {size}")
-    build = _payload_steps(src_device, dst_device, [size])
+    if repeats < 1 or size <= _CONCURRENT_BYTES or count < 1:
+        raise ValueError(
+            f"need repeats >= 1, size > {_CONCURRENT_BYTES} bytes and count >= 1, got {repeats}, {size}, {count}"
+        )
+    sides = len(processes) * repeats
+    large = _cpu_difference(
+        dst_device, _payload_steps(src_device, dst_device, [size]), processes, target, config, repeats
+    )
+    small = _cpu_difference(
+        dst_device, _concurrent_steps(src_device, dst_device, [count]), processes, target, config, repeats
+    )
+    per_small = small / (sides * count)  # copy_b + copy_k * 1 KiB
+    copy_k = max((large / sides - per_small) / (size - _CONCURRENT_BYTES), 0.0)
+    return copy_k, max(per_small - copy_k * _CONCURRENT_BYTES, 0.0)
+
+
+def _cpu_difference(
+    dst_device: str,
+    build: Callable[[Any], list[tuple[Any, Any]]],
+    processes: Sequence[int],
+    target: str,
+    config: Any,
+    repeats: int,
+) -> float:
+    """CPU seconds ``processes`` spend over ``repeats`` ``crossing`` steps beyond as many ``same``
+    steps (the one pair ``build`` makes, see :func:`_calibration_session`)."""
     with _calibration_session(dst_device, build, target, config) as (session, steps):
         [(same, crossing)] = steps
         session.run([same, crossing])
@@ -351,7 +390,7 @@ def calibrate_copy_cpu(
             for _ in range(repeats):
                 session.run(fetch)
             spent.append(sum(_process_cpu_seconds(pid) for pid in processes) - before)
-    return max(spent[1] - spent[0], 0.0) / (len(processes) * repeats * size)
+    return max(spent[1] - spent[0], 0.0)
 
 
 def _process_cpu_seconds(pid: int) -> float:

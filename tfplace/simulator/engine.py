@@ -23,12 +23,12 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    all its channels are free. Transfers waiting for channels are served first come, first
    served by the time their tensor was produced (ties: the producer's topological position);
    a waiting transfer does not hold back a later one whose channels are free.
-   On a link whose devices copy the bytes themselves (``copy_k > 0``, gRPC between processes on
-   CPUs), a transfer takes no channel: it is a *send* task on the sender, queued when the tensor
-   is produced, and a *receive* task queued on the receiver when the send starts, each holding
-   its device for ``copy_k * bytes`` (Celeritas section 6.1 adds such tasks to the devices); the
-   tensor arrives ``b + (k - copy_k) * bytes`` after both have ended (the request's round trip
-   and the wire, which hold neither device). A device runs these copy tasks only when no op is
+   On a link whose devices do the transfers' work themselves (``copy_k`` or ``copy_b`` set: gRPC
+   between processes on CPUs), a transfer takes no channel: it is a *send* task on the sender,
+   queued when the tensor is produced, and a *receive* task queued on the receiver when the send
+   starts, each holding its device for ``copy_b + copy_k * bytes`` (Celeritas section 6.1 adds
+   such tasks to the devices); the tensor arrives ``b - copy_b + (k - copy_k) * bytes`` after
+   both have ended (the request's round trip and the wire, which hold neither device). A device runs these copy tasks only when no op is
    ready on it, first come first served: TensorFlow's executor keeps running the ops it has
    ready, and the callbacks that serialize a requested tensor or take in a received one wait
    for its thread (seen in traces of one-thread workers: a worker serves the tensors a peer

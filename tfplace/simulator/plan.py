@@ -43,10 +43,10 @@ class TransferPlan:
         ``producer``, ``slot`` (``None`` for a slotless edge), ``src``, ``dst`` devices, ``nbytes``,
         ``duration`` (how long it holds its channels: ``k * bytes + b - latency``, the fixed part
         once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
-        arrives that long after it leaves the channels), ``on_devices`` (the link has a
-        ``copy_k``: the transfer runs as a task on ``src`` and one on ``dst``, each of
-        ``duration = copy_k * bytes``, instead of on channels, and ``delay`` is
-        ``b + (k - copy_k) * bytes``), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
+        arrives that long after it leaves the channels), ``on_devices`` (the link's
+        ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst``, each of
+        ``duration = copy_k * bytes + copy_b``, instead of on channels, and ``delay`` is
+        ``b - copy_b + (k - copy_k) * bytes``), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
         received copy on ``dst``).
     Routes
         ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
@@ -218,13 +218,13 @@ def _add_transfer(
     plan.src.append(src)
     plan.dst.append(dst)
     plan.nbytes.append(nbytes)
-    if link.copy_k:  # the devices copy the bytes; the rest of the time holds neither
-        plan.duration.append(link.copy_k * nbytes)
-        plan.delay.append(link.b + (link.k - link.copy_k) * nbytes)
+    if link.device_copies:  # the devices do the work; the rest of the time holds neither
+        plan.duration.append(link.copy_k * nbytes + link.copy_b * count)
+        plan.delay.append(link.b - link.copy_b + (link.k - link.copy_k) * nbytes)
     else:
         plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
         plan.delay.append(link.latency)
-    plan.on_devices.append(link.copy_k > 0)
+    plan.on_devices.append(link.device_copies)
     plan.route.append(route)
     plan.holds.append(holds)
     for buffer in holds:
