@@ -102,7 +102,7 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
     so that it splits the model in two contiguous parts, as Standard Evaluation step 2 would.
     """
     from tfplace.api import place_remaining_ops
-    from tfplace.devices import Device, DeviceSet
+    from tfplace.devices import Device
     from tfplace.indexed import index_graph
     from tfplace.placer import place_cost_graph
 
@@ -112,7 +112,7 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
         placed_on = devices
         if name == "dfs_topo":
             capped = tuple(Device(d.name, max(int(0.55 * total), 1)) for d in devices.devices)
-            placed_on = DeviceSet(capped, intra_host=devices.intra_host, inter_host=devices.inter_host)
+            placed_on = dataclasses.replace(devices, devices=capped)
         placement = place_cost_graph(cost_graph, placed_on, name, simulate=False)
         placement.assignment = place_remaining_ops(structure, placement.assignment, placed_on)
         placement.devices = devices
@@ -149,7 +149,6 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
     from models import build_model
     from tfplace.api import estimate_costs
     from tfplace.costgraph import save_json
-    from tfplace.devices import DeviceSet
     from tfplace.estimator.refine import refine_costs
     from tfplace.simulator import simulate
 
@@ -173,7 +172,7 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
             spec.feed_fn,
             cost_graph,
             estimate.imported.cost_graph,
-            DeviceSet(devices.devices[:1], inter_host=devices.inter_host),
+            dataclasses.replace(devices, devices=devices.devices[:1]),
             traced_steps=5,
             init_op=spec.init_op,
             cluster=cluster,
@@ -252,7 +251,12 @@ def main(argv: Sequence[str]) -> None:
         copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
         link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
         overhead = calibrate_step_overhead(names, target=cluster.target)
-        devices = DeviceSet(tuple(Device(n, 1 << 40) for n in names), inter_host=link, step_overhead=overhead)
+        devices = DeviceSet(
+            tuple(Device(n, 1 << 40) for n in names),
+            inter_host=link,
+            step_overhead=overhead,
+            cores=os.cpu_count() or 0,  # the workers share this machine's processors
+        )
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
     output = Path(FLAGS.output)
@@ -265,7 +269,7 @@ def main(argv: Sequence[str]) -> None:
     print(
         f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us, "
         f"CPU on each side {link.copy_b * 1e6:.0f} us + {link.copy_k:.3e} s/B, "
-        f"step overhead {overhead * 1e6:.0f} us per worker"
+        f"step overhead {overhead * 1e6:.0f} us per worker, {devices.cores} cores shared"
     )
     print(output.read_text(), end="")
     print(

@@ -138,12 +138,14 @@ def test_a_link_latency_and_copy_cost_are_kept_when_saved():
         TransferModel(k=1e-9, b=1e-4, copy_b=2e-4)
 
 
-def test_a_negative_step_overhead_is_refused():
+def test_a_negative_step_overhead_or_core_count_is_refused():
     with pytest.raises(DeviceError, match="step_overhead"):
         DeviceSet.parse("/device:CPU:0", "1GB", step_overhead=-1.0)
+    with pytest.raises(DeviceError, match="cores"):
+        DeviceSet.parse("/device:CPU:0", "1GB", cores=-2)
 
 
-def test_a_saved_placement_keeps_link_latency_and_step_overhead(tmp_path):
+def test_a_saved_placement_keeps_its_links_step_overhead_and_shared_cores(tmp_path):
     from tfplace.placement import Placement
 
     grpc = TransferModel(k=4e-10, b=2e-4, name="grpc", latency=1.4e-4)

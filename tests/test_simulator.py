@@ -216,6 +216,26 @@ def test_a_transfer_done_by_the_devices_alone_takes_k_bytes_plus_b_and_holds_the
     assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(1 + 0.5 + 4 * 0.5))
 
 
+def test_devices_sharing_one_core_run_one_op_at_a_time():
+    result = simulate(independent({"a": 1, "b": 2}), np.array([0, 1]), gpus(cores=1))
+    assert result.makespan == pytest.approx(3)
+    assert simulate(independent({"a": 1, "b": 2}), np.array([0, 1]), gpus(cores=2)).makespan == pytest.approx(
+        2
+    )
+
+
+def test_with_shared_cores_a_receive_takes_an_idle_core_while_its_device_computes():
+    # a (GPU:0, 1 s) sends 4 bytes to x (GPU:1); y keeps GPU:1 busy until 6; 3 cores: y, send, receive
+    graph = graph_from_edges([("a", "x", 4), ("y", "x", 0)], compute={"a": 1, "x": 1, "y": 6})
+    assignment = {"a": 0, "x": 1, "y": 1}
+    link = TransferModel(k=1.0, b=0.0, copy_k=1.0)
+    shared = simulate(graph, placed(graph, assignment), gpus(intra_host=link, cores=3), record=True)
+    own = simulate(graph, placed(graph, assignment), gpus(intra_host=link), record=True)
+    assert [(t.start, t.end) for t in shared.schedule.transfers] == [(1, 5)]  # received while y runs
+    assert [(t.start, t.end) for t in own.schedule.transfers] == [(1, 10)]  # received after y
+    assert shared.makespan == pytest.approx(7) and own.makespan == pytest.approx(11)
+
+
 # Rule 3: control dependencies.
 
 

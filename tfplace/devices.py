@@ -138,6 +138,10 @@ class DeviceSet:
         Seconds the framework adds to a training step for each host that runs ops: the session
         starting and collecting the host's part of the step (a TensorFlow master's ``RunGraph``
         call to each worker, about 0.35 ms per worker on loopback gRPC here). ``0`` by default.
+    cores : int
+        Processors that all the devices share, when they are processes or virtual devices of one
+        machine (two loopback workers on a 2-core machine): at most this many ops and copies run
+        at once (:mod:`tfplace.simulator.engine`). ``0`` (the default) gives every device its own.
     """
 
     devices: tuple[Device, ...]
@@ -145,6 +149,7 @@ class DeviceSet:
     inter_host: TransferModel = PRESETS["ethernet_25g"]
     shared_bus: bool = False
     step_overhead: float = 0.0
+    cores: int = 0
     fallback_cpus: tuple[Device, ...] = field(init=False, repr=False, compare=False)
     _specs: tuple[DeviceName, ...] = field(init=False, repr=False, compare=False)
     _index: dict[DeviceName, int] = field(init=False, repr=False, compare=False)
@@ -155,6 +160,8 @@ class DeviceSet:
             raise DeviceError("a placement needs at least one device")
         if not self.step_overhead >= 0:
             raise DeviceError(f"step_overhead must be >= 0 seconds, got {self.step_overhead}")
+        if self.cores < 0:
+            raise DeviceError(f"cores must be >= 0 (0: a processor per device), got {self.cores}")
         names = [DeviceName.parse(d.name) for d in devices]
         if len(set(names)) != len(names):
             raise DeviceError(f"device names repeat: {[d.name for d in devices]}")
@@ -172,7 +179,7 @@ class DeviceSet:
         cls,
         spec: str | Sequence[str],
         memory: str | int | Sequence[str | int],
-        **links: TransferModel | bool | float,
+        **links: TransferModel | bool | float | int,
     ) -> DeviceSet:
         """Build a set from names with ranges: ``"/device:GPU:0-3"``, ``"/job:worker/task:0-1/device:CPU:0"``.
 

@@ -156,6 +156,7 @@ class Placement:
                 "inter_host": self.devices.inter_host.to_dict(),
                 "shared_bus": self.devices.shared_bus,
                 "step_overhead": self.devices.step_overhead,
+                "cores": self.devices.cores,
             },
             "assignment": self.assignment,
             "memory": self.memory,
@@ -181,6 +182,7 @@ class Placement:
             inter_host=TransferModel.from_dict(links["inter_host"]),
             shared_bus=bool(links["shared_bus"]),
             step_overhead=float(links.get("step_overhead", 0.0)),
+            cores=int(links.get("cores", 0)),
         )
         return cls(
             assignment=dict(document["assignment"]),

@@ -28,7 +28,11 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    queued when the tensor is produced, and a *receive* task queued on the receiver when the send
    starts, each holding its device for ``copy_b + copy_k * bytes`` (Celeritas section 6.1 adds
    such tasks to the devices); the tensor arrives ``b - copy_b + (k - copy_k) * bytes`` after
-   both have ended (the request's round trip and the wire, which hold neither device). A device runs these copy tasks only when no op is
+   both have ended (the request's round trip and the wire, which hold neither device).
+   With ``devices.cores`` set, all devices share that many processors (loopback workers of one
+   machine): an op and a send task also need an idle processor, and a receive task needs only
+   an idle processor, not its device (the receiving process deserializes on its RPC threads
+   while its executor runs ops). A device runs these copy tasks only when no op is
    ready on it, first come first served: TensorFlow's executor keeps running the ops it has
    ready, and the callbacks that serialize a requested tensor or take in a received one wait
    for its thread (seen in traces of one-thread workers: a worker serves the tensors a peer
@@ -325,6 +329,10 @@ class _Run:
         on_devices, n = plan.on_devices, len(graph)
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
         copy_order = itertools.count()  # copies run after every ready op, first come first served
+        cores = self.devices.cores
+        idle_cores = float(cores) if cores else math.inf
+        starved: set[int] = set()  # devices with a task ready but no idle core
+        receptions: list[tuple[int, int]] = []  # receive tasks waiting for a core (shared cores)
         sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
         count = len(self.devices.all_devices)
@@ -353,6 +361,12 @@ class _Run:
                 if not pending[v]:
                     make_ready(v, time)
 
+        def release_core() -> None:
+            nonlocal idle_cores
+            idle_cores += 1
+            ready_devices.update(starved)
+            starved.clear()
+
         def part_done(t: int, time: float) -> None:
             """One of a copy's two tasks ended; after both, the tensor is on its way."""
             parts_left[t] -= 1
@@ -373,8 +387,12 @@ class _Run:
                 d = ready_devices.pop()
                 if running[d] or not queues[d]:
                     continue
+                if not idle_cores:
+                    starved.add(d)
+                    continue
                 u = heappop(queues[d])[2]
                 running[d] = True
+                idle_cores -= 1
                 if u < n:
                     end = now + compute[u]
                     allocate(d, footprint[u], now, u, "start")
@@ -391,9 +409,16 @@ class _Run:
                 moved += plan.nbytes[t]
                 seconds += duration[t] + delay[t]
                 heappush(events, (now + duration[t], _SEND_END, t))
-                receiver = plan.dst[t]
-                heappush(queues[receiver], (math.inf, next(copy_order), u + 1))
-                ready_devices.add(receiver)
+                if cores:
+                    heappush(receptions, (next(copy_order), t))
+                else:
+                    heappush(queues[plan.dst[t]], (math.inf, next(copy_order), u + 1))
+                    ready_devices.add(plan.dst[t])
+            while receptions and idle_cores:
+                t = heappop(receptions)[1]
+                idle_cores -= 1
+                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                heappush(events, (now + duration[t], _RECEIVE_END, t))
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
             while candidates:
@@ -424,6 +449,7 @@ class _Run:
                     d = placed[x]
                     running[d] = False
                     ready_devices.add(d)
+                    release_core()
                     free(d, temporary[x], now)
                     base = slot_base[x]
                     for buffer in range(base, base + slot_counts[x]):
@@ -457,12 +483,15 @@ class _Run:
                 elif kind == _ARRIVAL:
                     deliver(x, now)
                 elif kind in (_SEND_END, _RECEIVE_END):
-                    d = plan.src[x] if kind == _SEND_END else plan.dst[x]
-                    running[d] = False
-                    ready_devices.add(d)
+                    release_core()
                     if kind == _SEND_END:
+                        running[plan.src[x]] = False
+                        ready_devices.add(plan.src[x])
                         for buffer in plan.holds[x]:
                             release(buffer, now)
+                    elif not cores:
+                        running[plan.dst[x]] = False
+                        ready_devices.add(plan.dst[x])
                     part_done(x, now)
                 else:
                     pending[x] -= 1
