@@ -11,7 +11,7 @@ loopback worker processes), the step is
   :func:`~tfplace.estimator.calibration.calibrate_copy_cpu`),
 - and measured (:func:`tfplace.runner.run_placement`: warm-up steps dropped, the mean of the next
   ones), ``--repeats`` times in turns across the placements; ``--statistic`` combines the means
-  (the smallest by default: other processes only add time).
+  (the median; the smallest on a busy machine, since other processes only add time).
 
 ``error = (simulated - measured) / measured``; the target is within 10% (the accuracy OptCNN's cost
 model reaches, section 6.2). Other processes on the machine distort the measurement: each run
@@ -42,15 +42,15 @@ flags.DEFINE_list("placements", ["single", "dfs_topo", "m_topo"], "Placers (tfpl
 flags.DEFINE_integer("workers", 2, "Loopback worker processes (devices /job:worker/task:i/device:CPU:0).")
 flags.DEFINE_integer("steps", 10, "Timed steps per run, after the warm-up.")
 flags.DEFINE_integer("warmup_steps", 3, "Steps dropped at the start of each run.")
-flags.DEFINE_integer("repeats", 3, "Runs per placement, taken in turns across the placements.")
+flags.DEFINE_integer("repeats", 5, "Runs per placement, taken in turns across the placements.")
 flags.DEFINE_enum(
     "statistic",
-    "min",
-    ["min", "median"],
-    "How the repeats' mean step times combine into measured_s: other processes only ever add time, "
-    "so on a shared machine the smallest is the closest to a quiet one; use median on a quiet machine.",
+    "median",
+    ["median", "min"],
+    "How the repeats' mean step times combine into measured_s. On a busy machine, min: other "
+    "processes only ever add time, so the smallest is the closest to a quiet machine's.",
 )
-flags.DEFINE_float("max_load", 1.0, "Wait before each run until the 1-minute load average is below this.")
+flags.DEFINE_float("max_load", 0.8, "Wait before each run until the 1-minute load average is below this.")
 flags.DEFINE_float("max_wait", 600.0, "Seconds to wait for a low load before measuring anyway.")
 flags.DEFINE_enum(
     "costs",
