@@ -131,8 +131,8 @@ def explain(result, report, cost_graph, devices) -> str:
     for trace in collect_op_traces(report.run_metadata[-1], set(cost_graph)).values():
         spec = DeviceName.parse(trace.device)
         traced[spec] = traced.get(spec, 0.0) + trace.compute_time
-    received = sum(
-        " = _Recv(" in node.timeline_label or " = _HostRecv(" in node.timeline_label
+    received = sum(  # a worker records the RPC that fetched a tensor as "RecvTensor"
+        node.node_name == "RecvTensor" or " = _Recv(" in node.timeline_label
         for dev_stats in report.run_metadata[-1].step_stats.dev_stats
         for node in dev_stats.node_stats
     )
