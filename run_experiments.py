@@ -27,6 +27,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import multiprocessing
 import shlex
 import subprocess
@@ -228,7 +229,7 @@ def _place_model_in_child(
     return place_model(name, target_devices(_link()), Path(FLAGS.output_dir))
 
 
-def real_runs(name: str, cluster: Any, link: TransferModel) -> list[RealRun]:
+def real_runs(name: str, cluster: Any, calibrated: DeviceSet) -> list[RealRun]:
     """Step 5: the small variant of ``name`` placed by each placer, run on ``cluster`` and simulated.
 
     Each worker gets ``--real_memory_fraction`` of the step's estimated memory, so that the
@@ -240,10 +241,11 @@ def real_runs(name: str, cluster: Any, link: TransferModel) -> list[RealRun]:
     spec = models.build_model(name, **knobs)
     estimate = _estimate(spec, batch_size, (1, 2, 4))
     graph = estimate.cost_graph
-    graph.set_transfer_model(link)
+    graph.set_transfer_model(calibrated.inter_host)
     memory = int(FLAGS.real_memory_fraction * sum(op_memory(a) for _, a in graph.nodes(data=True)))
-    names = [cluster.device(task) for task in range(FLAGS.real_workers)]
-    devices = DeviceSet(tuple(Device(n, max(memory, 1)) for n in names), inter_host=link)
+    devices = dataclasses.replace(
+        calibrated, devices=tuple(Device(d.name, max(memory, 1)) for d in calibrated)
+    )
     results = []
     for placer in FLAGS.placers:
         placement = place_cost_graph(graph, devices, placer)
@@ -277,21 +279,19 @@ def real_runs(name: str, cluster: Any, link: TransferModel) -> list[RealRun]:
 
 
 def run_real(names: Sequence[str]) -> tuple[list[RealRun], TransferModel]:
-    """Real runs of every model on one loopback cluster, with the link calibrated on it."""
-    from tfplace.estimator.calibration import calibrate_transfer
+    """Real runs of every model on one loopback cluster, with its costs calibrated on it
+    (:func:`~tfplace.estimator.calibration.calibrate_local_cluster`: the link, the CPU each side
+    spends on a transfer, the per-worker step overhead, the shared cores)."""
+    from tfplace.estimator.calibration import calibrate_local_cluster
     from tfplace.tf_graph.cluster import LocalCluster
 
     results = []
     with LocalCluster(FLAGS.real_workers) as cluster:
-        link = calibrate_transfer(
-            cluster.device(0),
-            cluster.device(1),
-            target=cluster.target,
-            repeats=FLAGS.real_calibration_repeats,
-        )
+        calibrated = calibrate_local_cluster(cluster, 1, repeats=FLAGS.real_calibration_repeats)
+        link = calibrated.inter_host
         logging.info("loopback link: k=%.3e s/B, b=%.0f us", link.k, link.b * 1e6)
         for name in names:
-            results += real_runs(name, cluster, link)
+            results += real_runs(name, cluster, calibrated)
     return results, link
 
 

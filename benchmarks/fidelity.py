@@ -231,8 +231,7 @@ def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: li
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    from tfplace.devices import Device, DeviceSet
-    from tfplace.estimator.calibration import calibrate_copy_cpu, calibrate_step_overhead, calibrate_transfer
+    from tfplace.estimator.calibration import calibrate_local_cluster
     from tfplace.tf_graph.cluster import LocalCluster
 
     unknown = sorted(set(FLAGS.models) - set(MODEL_SIZES))
@@ -242,21 +241,10 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.trace_dir:
         Path(FLAGS.trace_dir).mkdir(parents=True, exist_ok=True)
     with LocalCluster(FLAGS.workers) as cluster:
-        names = [cluster.device(task) for task in range(FLAGS.workers)]
         wait_for_quiet()
         calibration_load = load()
-        link = calibrate_transfer(
-            names[0], names[1], target=cluster.target, repeats=FLAGS.calibration_repeats, counts=None
-        )
-        copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
-        link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
-        overhead = calibrate_step_overhead(names, target=cluster.target)
-        devices = DeviceSet(
-            tuple(Device(n, 1 << 40) for n in names),
-            inter_host=link,
-            step_overhead=overhead,
-            cores=os.cpu_count() or 0,  # the workers share this machine's processors
-        )
+        devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
+        link, overhead = devices.inter_host, devices.step_overhead
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
     output = Path(FLAGS.output)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.devices import Device, DeviceSet
 from tfplace.progress import track
 from tfplace.transfer import TransferModel
 
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_COUNTS",
     "DEFAULT_SIZES",
     "calibrate_copy_cpu",
+    "calibrate_local_cluster",
     "calibrate_step_overhead",
     "calibrate_transfer",
     "latency_from_counts",
@@ -398,3 +400,26 @@ def _process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def calibrate_local_cluster(
+    cluster: Any, memory: int, *, repeats: int = 30, counts: Sequence[int] | None = None
+) -> DeviceSet:
+    """The devices of a :class:`~tfplace.tf_graph.cluster.LocalCluster` with every cost calibrated.
+
+    One CPU device per worker, each of ``memory`` bytes, linked by the loopback gRPC link fitted by
+    :func:`calibrate_transfer` between the first two workers, whose per-tensor and per-byte CPU on
+    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``) the simulator
+    charges to the devices; the per-worker step overhead of :func:`calibrate_step_overhead`; and the
+    machine's cores, which the workers share. A cluster of one worker gets only the overhead.
+    """
+    names = [cluster.device(task) for task in range(cluster.num_workers)]
+    devices = tuple(Device(name, memory) for name in names)
+    overhead = calibrate_step_overhead(names, target=cluster.target)
+    cores = os.cpu_count() or 0
+    if len(names) < 2:
+        return DeviceSet(devices, step_overhead=overhead, cores=cores)
+    link = calibrate_transfer(names[0], names[1], target=cluster.target, repeats=repeats, counts=counts)
+    copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
+    link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
+    return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
