@@ -121,6 +121,19 @@ def test_when_nothing_fits_it_returns_the_least_overcommitted_candidate_and_says
     assert any("no candidate placement fits in memory in the simulator" in w for w in placement.warnings)
 
 
+@pytest.mark.parametrize("fraction", [0.02, 0.4, 2.0])
+def test_its_warnings_are_the_simulators_verdict_not_the_static_estimates(fraction):
+    graph, spec, _ = GRAPHS[0]
+    devices = devices_for(graph, spec, fraction)
+    placement = place_cost_graph(graph, devices, "auto")
+
+    capacity = {d.name: d.memory for d in devices.all_devices}
+    simulated_over = any(peak > capacity[name] for name, peak in placement.peak_memory.items())
+    assert placement.details["memory_model"] == "simulated"
+    assert not any("overcommitted" in w or "no placement fits" in w for w in placement.warnings)
+    assert bool(placement.warnings) == simulated_over
+
+
 def test_the_same_input_gives_the_same_placement_and_the_same_details():
     graph, spec, fraction = GRAPHS[2]
     devices = devices_for(graph, spec, fraction)

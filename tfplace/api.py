@@ -32,7 +32,15 @@ from tfplace.device_model import DeviceModel, convert_graph, device_model
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placement import Placement
 
-__all__ = ["DEFAULT_CACHE_DIR", "CostEstimate", "as_device_set", "estimate_costs", "place"]
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "CostEstimate",
+    "as_device_set",
+    "estimate_costs",
+    "place",
+    "place_costs",
+    "place_remaining_ops",
+]
 
 DEFAULT_CACHE_DIR = os.path.join(".tfplace_cache", "profiles")
 """Where profiles are cached unless the caller says otherwise (relative to the working directory)."""
@@ -229,7 +237,7 @@ def place(
     *,
     batch_size: int,
     memory: str | int | Sequence[str | int] | None = None,
-    placer: str = "celeritas",
+    placer: str | None = None,
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
@@ -250,16 +258,8 @@ def place(
         The (large) batch size to place for.
     memory : str, int or sequence, optional
         Memory of each device (``"32GB"``), when ``devices`` are names.
-    placer : str
-        ``"celeritas"`` (default), ``"order_place"``, ``"m_etf"``, ``"m_sct"``, ``"m_topo"``,
-        ``"metis"``, ``"dfs_topo"`` or ``"single"`` (:data:`tfplace.placer.PLACERS`).
-    placer_options : mapping, optional
-        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``).
-    target_device : str or DeviceModel, optional
-        When the devices are not the kind that was profiled (GPUs placed from a CPU profile), a
-        device model (``"V100-32GB"``, ...) that turns measured times into the target's.
-    simulate : bool
-        Fill the estimated step time, peak memory and utilization from the simulator.
+    placer, placer_options, target_device, simulate
+        See :func:`place_costs`.
     **estimate_options
         ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
         ``config``, ``refine_on``: see :func:`estimate_costs`.
@@ -276,23 +276,75 @@ def place(
     ...                           batch_size=512)  # doctest: +SKIP
     >>> placement.apply(graph)  # doctest: +SKIP
     """
-    from tfplace.placer import place_cost_graph
-
     device_set = as_device_set(devices, memory)
     started = time.perf_counter()
     estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
-    cost_graph = estimate.cost_graph
+    placement = place_costs(
+        estimate.cost_graph,
+        device_set,
+        structure=estimate.imported.cost_graph,
+        placer=placer,
+        placer_options=placer_options,
+        target_device=target_device,
+        simulate=simulate,
+    )
+    logging.info("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
+    return placement
+
+
+def place_costs(
+    cost_graph: CostGraph,
+    devices: DeviceSet,
+    *,
+    structure: nx.DiGraph | None = None,
+    placer: str | None = None,
+    placer_options: Mapping[str, Any] | None = None,
+    target_device: str | DeviceModel | None = None,
+    simulate: bool = True,
+) -> Placement:
+    """Place a profiled step (a cost graph) on ``devices``; with ``structure``, the whole graph.
+
+    Parameters
+    ----------
+    cost_graph : CostGraph
+        The step's costs (:func:`estimate_costs`, or :func:`tfplace.costgraph.load_json`). Its edges
+        are priced on the devices' typical link (a copy is placed when ``target_device`` converts it).
+    devices : DeviceSet
+    structure : networkx.DiGraph, optional
+        The whole graph's structure (``ImportedGraph.cost_graph``): ops outside the step then get
+        devices too (:func:`place_remaining_ops`), so that the placement applies to the graph.
+    placer : str, optional
+        A name of :data:`tfplace.placer.PLACERS`; default :data:`tfplace.placer.DEFAULT_PLACER`
+        (``"auto"``: the fastest simulated placement that fits, among Celeritas and the baselines).
+        ``"celeritas"`` is the paper's algorithm; ``"order_place"``, ``"m_etf"``, ``"m_sct"``,
+        ``"m_topo"``, ``"metis"``, ``"dfs_topo"`` and ``"single"`` the baselines.
+    placer_options : mapping, optional
+        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``).
+    target_device : str or DeviceModel, optional
+        When the devices are not the kind that was profiled (GPUs placed from a CPU profile), a
+        device model (``"V100-32GB"``, ...) that turns measured times into the target's.
+    simulate : bool
+        Fill the estimated step time, peak memory and utilization from the simulator.
+
+    Returns
+    -------
+    Placement
+        With ``cost_graph`` set to the costs it was placed with; its warnings are logged too.
+    """
+    from tfplace.placer import DEFAULT_PLACER, place_cost_graph
+
+    name = placer or DEFAULT_PLACER
     if target_device is not None:
         model = device_model(target_device) if isinstance(target_device, str) else target_device
         cost_graph = convert_graph(cost_graph, model)
-    cost_graph.set_transfer_model(device_set.typical_link)
-    logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(device_set), placer)
-    placement = place_cost_graph(
-        cost_graph, device_set, placer, simulate=simulate, **dict(placer_options or {})
-    )
-    placement.assignment = place_remaining_ops(estimate.imported.cost_graph, placement.assignment, device_set)
+    cost_graph.set_transfer_model(devices.typical_link)
+    logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(devices), name)
+    placement = place_cost_graph(cost_graph, devices, name, simulate=simulate, **dict(placer_options or {}))
+    if structure is not None:
+        placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     placement.cost_graph = cost_graph
-    logging.info("tfplace: done in %.1f s", time.perf_counter() - started)
+    for warning in placement.warnings:
+        logging.warning("tfplace: %s", warning)
     return placement
 
 

@@ -41,7 +41,7 @@ from tfplace.costgraph import CostGraph, load_json, save_json
 from tfplace.device_model import DEVICE_MODELS
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
-from tfplace.placer import PLACERS
+from tfplace.placer import DEFAULT_PLACER, PLACERS
 from tfplace.tf_graph.export import GRAPH_SUFFIXES
 from tfplace.transfer import PRESETS, TransferModel
 from tfplace.units import format_bytes, format_seconds
@@ -175,7 +175,14 @@ SHARED_BUS = _flag(
     flags.DEFINE_boolean, "shared_bus", False, "All transfers inside a host share one bus (one at a time)."
 )
 # placing
-PLACER = _flag(flags.DEFINE_enum, "placer", "celeritas", list(PLACERS), "Placement algorithm.")
+PLACER = _flag(
+    flags.DEFINE_enum,
+    "placer",
+    DEFAULT_PLACER,
+    list(PLACERS),
+    "Placement algorithm: auto (the fastest simulated placement that fits, among all), celeritas "
+    "(the paper's) or a baseline.",
+)
 PLACER_OPTION = _flag(
     flags.DEFINE_multi_string,
     "placer_option",
@@ -783,8 +790,7 @@ def _place() -> int:
 
 def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -> Placement:
     """Place ``--cost_graph``; with ``graph``, extend the placement to its ops outside the step."""
-    from tfplace.api import place_remaining_ops
-    from tfplace.placer import place_cost_graph
+    from tfplace.api import place_costs
 
     cost_graph = _on_target(_read_cost_graph())
     batch = cost_graph.graph.get("batch_size")
@@ -792,9 +798,7 @@ def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -
         raise InputError(
             f"--cost_graph holds the costs at batch {batch}; profile again for --batch_size {BATCH_SIZE.value}"
         )
-    cost_graph.set_transfer_model(devices.typical_link)
-    placement = place_cost_graph(cost_graph, devices, PLACER.value, **options)
-    placement.cost_graph = cost_graph
+    structure = None
     if graph is not None:
         from tfplace.tf_graph.importer import import_graph
 
@@ -805,8 +809,7 @@ def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -
                 f"the cost graph has {len(foreign)} ops the graph lacks ({', '.join(foreign[:3])}): "
                 "was it profiled from another graph?"
             )
-        placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
-    return placement
+    return place_costs(cost_graph, devices, structure=structure, placer=PLACER.value, placer_options=options)
 
 
 def _simulate() -> int:

@@ -5,9 +5,11 @@ the whole pipeline of the paper on tf_keras' Inception V3 training graph:
 
 1. Standard Evaluation: profile the training step at batch 1, 2 and 4 and predict every op's costs
    at the target batch (``--batch_size``);
-2. give 4 virtual CPU devices a memory budget that no single device could meet (``--memory_share``
-   of the model's memory each) and place the graph with Celeritas, comparing the simulated step
-   time of the baselines on the same cost graph;
+2. give 4 virtual CPU devices a memory budget that no single device could meet by the placers'
+   static estimate (``--memory_share`` of the model's memory each) and place the graph with
+   tfplace's default placer (``auto``: the fastest simulated placement that fits, among Celeritas
+   and the baselines), printing the simulated step time of Celeritas and the baselines on the
+   same cost graph;
 3. write the placement into the graph and run ``--steps`` training steps on the 4 devices, next to
    the same steps on one device from the same initial weights and data;
 4. check, from the step stats of a traced step, that every op ran on the device the placement gave
@@ -37,7 +39,10 @@ flags.DEFINE_integer("batch_size", 32, "Target batch size the placement is made 
 flags.DEFINE_list("profile_batch_sizes", ["1", "2", "4"], "Batch sizes profiled for the regression.")
 flags.DEFINE_integer("num_devices", 4, "Virtual CPU devices to place on.")
 flags.DEFINE_float("memory_share", 0.35, "Each device's memory as a share of the model's memory.")
-flags.DEFINE_list("compare", ["m_topo", "m_etf", "order_place", "single"], "Placers to compare with.")
+flags.DEFINE_string("placer", "auto", "Placer whose placement is applied and run.")
+flags.DEFINE_list(
+    "compare", ["celeritas", "order_place", "m_topo", "m_etf", "metis", "single"], "Placers to compare with."
+)
 flags.DEFINE_integer("steps", 3, "Training steps run on the placed graph and on one device.")
 flags.DEFINE_string("cache_dir", ".tfplace_cache/profiles", "Profile cache.")
 
@@ -90,13 +95,13 @@ def main(argv: Sequence[str]) -> None:
         f"{FLAGS.num_devices} devices of {device_memory / 1e6:,.0f} MB each (links priced as PCIe 3)"
     )
     cost_graph.set_transfer_model(devices.typical_link)
-    placement = place_cost_graph(cost_graph, devices, "celeritas")
+    placement = place_cost_graph(cost_graph, devices, FLAGS.placer)
     print()
     print(placement.summary())
     print()
     print(f"{'placer':12s} {'simulated step':>15s} {'placed in':>10s}")
-    for name in ["celeritas", *FLAGS.compare]:
-        other = placement if name == "celeritas" else place_cost_graph(cost_graph, devices, name)
+    for name in [FLAGS.placer, *FLAGS.compare]:
+        other = placement if name == FLAGS.placer else place_cost_graph(cost_graph, devices, name)
         over = [d for d in devices if other.peak_memory.get(d.name, 0) > d.memory]
         oom = f" (simulated out of memory on {len(over)} devices)" if over else ""
         print(f"{name:12s} {other.step_time or 0.0:14.4f}s {other.placement_seconds:9.3f}s{oom}")

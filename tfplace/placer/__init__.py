@@ -21,7 +21,7 @@ from tfplace.placer.base import PlacerFunction, PlacerOutput, check_constraints
 from tfplace.placer.capacity import capacity_warnings
 from tfplace.placer.orders import kahn_order
 
-__all__ = ["PLACERS", "PlacerOutput", "place_cost_graph", "placer_function"]
+__all__ = ["DEFAULT_PLACER", "PLACERS", "PlacerOutput", "place_cost_graph", "placer_function"]
 
 #: Placer name -> ``module:function`` implementing it (imported on first use).
 PLACERS: dict[str, str] = {
@@ -35,6 +35,11 @@ PLACERS: dict[str, str] = {
     "metis": "tfplace.placer.metis:metis",
     "auto": "tfplace.placer.auto:auto",
 }
+
+
+#: The placer used when none is named: the fastest simulated placement that fits, among Celeritas,
+#: the baselines and METIS variants (:mod:`tfplace.placer.auto`).
+DEFAULT_PLACER = "auto"
 
 
 def placer_function(name: str) -> PlacerFunction:
@@ -51,7 +56,7 @@ def placer_function(name: str) -> PlacerFunction:
 def place_cost_graph(
     graph: CostGraph | IndexedGraph,
     devices: DeviceSet,
-    placer: str = "celeritas",
+    placer: str = DEFAULT_PLACER,
     *,
     simulate: bool = True,
     **options: Any,
@@ -62,9 +67,10 @@ def place_cost_graph(
     ``peak_memory`` and ``utilization`` come from the simulator when ``simulate`` is true, so that
     every placer is scored by the same model. ``placement_seconds`` covers indexing the graph and
     placing it, as Celeritas Table 4 counts it. ``warnings`` say when memory does not suffice
-    (:func:`~tfplace.placer.capacity.capacity_warnings`) and repeat the placer's own warning
-    (``details["warning"]``: m-SCT's unsolved LP). An empty graph gives an empty placement
-    with a step time of 0.
+    (:func:`~tfplace.placer.capacity.capacity_warnings`, the static estimate; not for a placer that
+    judged memory by the simulator, ``details["memory_model"] == "simulated"``) and repeat the
+    placer's own warning (``details["warning"]``: m-SCT's unsolved LP, auto's simulated
+    overcommit). An empty graph gives an empty placement with a step time of 0.
 
     Raises
     ------
@@ -82,25 +88,18 @@ def place_cost_graph(
     names = [d.name for d in devices.all_devices]
     ledger = output.ledger
     used = {names[d]: ledger.used(d) for d in range(len(names)) if ledger.used(d) or d < len(devices)}
+    static_warnings = [] if output.details.get("memory_model") == "simulated" else capacity_warnings(ledger)
     placement = Placement(
         assignment={op: names[d] for op, d in zip(indexed.names, output.op_devices.tolist())},
         devices=devices,
         placer=placer,
         memory=used,
         placement_seconds=seconds,
-        warnings=capacity_warnings(ledger)
-        + ([output.details["warning"]] if "warning" in output.details else []),
+        warnings=static_warnings + ([output.details["warning"]] if "warning" in output.details else []),
         details=output.details,
     )
-    if simulate:
-        from tfplace.simulator import simulate as run_simulation
+    if not simulate:
+        return placement
+    from tfplace.simulator import simulate as run_simulation
 
-        result = run_simulation(indexed, output.op_devices, devices)
-        placement.step_time = result.makespan
-        placement.peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
-        placement.utilization = {
-            names[d]: b / result.makespan if result.makespan > 0 else 0.0
-            for d, b in enumerate(result.busy_time)
-            if b
-        }
-    return placement
+    return placement.with_simulation(run_simulation(indexed, output.op_devices, devices))

@@ -37,7 +37,9 @@ portfolio's order, METIS's seeds and the moves' order are fixed.
 ``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
 it) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per
 device and tier, or why it was not simulated), ``simulations``, ``moves`` (tried and kept) and
-``margin``; with ``warning`` when the placement runs out of memory in the simulator.
+``margin``; with ``warning`` when the placement runs out of memory in the simulator; and
+``memory_model = "simulated"``: memory was judged by the simulator, so the static estimate's
+overcommits (:mod:`tfplace.placer.capacity`) do not describe this placement.
 """
 
 from __future__ import annotations
@@ -228,6 +230,7 @@ def auto(
             "simulations": judge.simulated,
             "moves": moves,
             "margin": margin,
+            "memory_model": "simulated",
             **({"warning": _out_of_memory_warning(best)} if best.tier == OUT_OF_MEMORY else {}),
         },
     )
