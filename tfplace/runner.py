@@ -32,6 +32,7 @@ from absl import logging
 from tfplace.costgraph import atomic_write_text
 from tfplace.devices import DeviceName
 from tfplace.placement import Placement
+from tfplace.progress import Progress
 
 __all__ = ["RunReport", "run_placement", "session_target_kind", "simulated_trace_path"]
 
@@ -283,12 +284,13 @@ class _Run:
         trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         phases = [("warm-up", self.warmup_steps), ("timed", self.steps), ("traced", self.traced_steps)]
         total = sum(count for _, count in phases)
-        with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+        with (
+            tf.compat.v1.Session(target, graph=graph, config=config) as session,
+            Progress("running steps", total) as progress,
+        ):
             session.run(initializer)
-            step = 0
             for phase, count in phases:
                 for _ in range(count):
-                    step += 1
                     options, metadata = (
                         (trace, tf.compat.v1.RunMetadata()) if phase == "traced" else (None, None)
                     )
@@ -298,7 +300,7 @@ class _Run:
                     self.seconds[phase].append(seconds)
                     if metadata is not None:
                         self.run_metadata.append(metadata)
-                    logging.info("tfplace: step %d/%d (%s) %.4f s", step, total, phase, seconds)
+                    progress.advance(f"{phase}, {seconds:.4f} s")
                 if phase == "timed":
                     self.load_average = os.getloadavg()
 
