@@ -1,6 +1,6 @@
 """Scale: a 200,000-op cost graph through every stage of tfplace, with seconds and memory per stage.
 
-Stages, in one process: build a synthetic training graph of at least ``--ops`` ops
+Stages, in one process: build a synthetic training graph of about ``--ops`` ops
 (:func:`tfplace.synthetic.layered_training_graph`), save it as JSON and load it back (the import
 of a profiled graph), place it with a placer (Celeritas by default; indexing included), and
 simulate one step of the placement. The built graph is dropped before loading, so the later
@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import gc
 import json
-import math
 import os
 import resource
 import sys
@@ -31,7 +30,7 @@ from typing import Any
 
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph, load_json, op_memory, save_json
+from tfplace.costgraph import load_json, op_memory, save_json
 from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
 from tfplace.placer import placer_function
@@ -62,17 +61,6 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def layered_graph_of_at_least(ops: int) -> CostGraph:
-    """A layered training graph of at least ``ops`` ops: the generator gives about 7% fewer than
-    asked (its layers hold one op less than it counts), so ask again in proportion until enough."""
-    request = ops
-    graph = layered_training_graph(request)
-    while len(graph) < ops:
-        request = math.ceil(request * ops / len(graph)) + 1
-        graph = layered_training_graph(request)
-    return graph
-
-
 def stage(name: str, run: Callable[[], Any], **facts: Any) -> Any:
     """Run one stage, print its seconds and memory as a JSON line, and return its result."""
     gc.collect()
@@ -94,7 +82,7 @@ def main(argv: list[str]) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "graph.json.gz" if FLAGS.gzip else "graph.json")
-        built = stage("build", lambda: layered_graph_of_at_least(FLAGS.ops))
+        built = stage("build", lambda: layered_training_graph(FLAGS.ops))
         stage(
             "save_json",
             functools.partial(save_json, built, path),

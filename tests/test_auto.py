@@ -28,7 +28,7 @@ def simulated_candidates(placement):
 
 #: Graphs with parallel branches, groups and ops without a GPU kernel, on devices of either kind.
 GRAPHS = [
-    (layered_training_graph(400, seed=1), "/device:GPU:0-3", 0.4),
+    (layered_training_graph(380, seed=1), "/device:GPU:0-3", 0.4),
     (random_dag(120, seed=3, group_fraction=0.3), "/device:GPU:0-2", 0.5),
     (random_dag(80, seed=4, group_fraction=0.3, cpu_only_fraction=0.1), "/device:GPU:0-1,/device:CPU:0", 1.0),
     (random_dag(60, seed=5, average_degree=3.0), "/job:worker/task:0-1/device:GPU:0-1", 2.0),

@@ -85,7 +85,11 @@ def graph_with_a_big_group() -> CostGraph:
     return graph
 
 
-@pytest.mark.parametrize("placer", sorted(PLACERS))
+#: Placers whose memory warnings come from the static estimate; auto's come from the simulator.
+STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto"})
+
+
+@pytest.mark.parametrize("placer", STATIC_MEMORY_PLACERS)
 def test_a_group_larger_than_every_device_is_placed_whole_with_a_warning_giving_its_bytes(placer):
     devices = DeviceSet.parse("/device:GPU:0,/device:GPU:1", [100, 120])
     placement = place_cost_graph(graph_with_a_big_group(), devices, placer, simulate=False)
@@ -118,7 +122,7 @@ def test_a_group_only_a_fallback_cpu_can_run_is_not_reported_however_large():
     assert DeviceName.parse(placement.assignment["var"]).kind == "CPU"
 
 
-@pytest.mark.parametrize("placer", sorted(PLACERS))
+@pytest.mark.parametrize("placer", STATIC_MEMORY_PLACERS)
 def test_too_little_total_memory_places_every_op_and_warns_with_each_overcommitted_device(placer):
     graph = random_dag(60, seed=3, group_fraction=0.3)
     devices = gpus(3, 2_000_000)
@@ -131,6 +135,22 @@ def test_too_little_total_memory_places_every_op_and_warns_with_each_overcommitt
     assert reported_overcommits(placement.warnings) == {
         name: (used - 2_000_000, used, 2_000_000) for name, used in over.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("graph", "devices"),
+    [
+        (graph_with_a_big_group(), DeviceSet.parse("/device:GPU:0,/device:GPU:1", [100, 120])),
+        (random_dag(60, seed=3, group_fraction=0.3), gpus(3, 2_000_000)),
+    ],
+    ids=["group larger than every device", "too little total memory"],
+)
+def test_auto_places_every_op_and_warns_that_nothing_fits_in_the_simulator(graph, devices):
+    placement = place_cost_graph(graph, devices, "auto", simulate=False)
+
+    assert set(placement.assignment) == set(graph.nodes)
+    [warning] = placement.warnings
+    assert warning.startswith("no candidate placement fits in memory in the simulator")
 
 
 # -- device names --------------------------------------------------------------------------------

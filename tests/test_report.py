@@ -29,7 +29,7 @@ def run(placer, step_time, oom=False, model="inception_v3", seconds=0.5):
 
 @pytest.fixture(scope="module")
 def training_graph():
-    return layered_training_graph(300, seed=3)
+    return layered_training_graph(282, seed=3)
 
 
 def total_memory(graph):

@@ -26,7 +26,8 @@ def layered_training_graph(
     parameter_bytes: float = 2e6,
     transfer_model: TransferModel | None = None,
 ) -> CostGraph:
-    """A forward/backward/update graph of about ``num_ops`` ops (``7 * (branches + 1)`` per layer).
+    """A forward/backward/update graph of about ``num_ops`` ops (``6 + 4 * branches`` per layer, plus
+    the input and the loss).
 
     Costs are log-normal around the given means, drawn from ``seed``. Each layer's variable, its
     read and its update op form one co-location group.
@@ -34,10 +35,9 @@ def layered_training_graph(
     if num_ops < 1 or branches < 1:
         raise ValueError("layered_training_graph needs num_ops >= 1 and branches >= 1")
     rng = np.random.default_rng(seed)
-    per_layer = (
-        7 + 4 * branches
-    )  # forward: var, read, 2 per branch, join; backward: 2 per branch, join, wgrad, apply
-    layers = max(1, round(num_ops / per_layer))
+    # forward: variable, read, 2 per branch, join; backward: 2 per branch, join, wgrad, apply
+    per_layer = 6 + 4 * branches
+    layers = max(1, round((num_ops - 2) / per_layer))
     graph = CostGraph(name=f"layered_training_{num_ops}", batch_size=1, source="tfplace.synthetic")
     if transfer_model is not None:
         graph.graph["transfer_model"] = transfer_model.to_dict()
