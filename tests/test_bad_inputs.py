@@ -488,3 +488,13 @@ def test_ops_without_a_gpu_kernel_stay_on_the_cpu_when_placing_on_four_gpus(tmp_
     assert {
         DeviceName.parse(op.device).full_name for op in graph.get_operations() if kind[op.name] == "CPU"
     } == {"/job:localhost/replica:0/task:0/device:CPU:0"}
+
+
+@pytest.mark.tensorflow
+def test_a_feed_function_that_ignores_the_batch_size_is_refused_before_profiling(load_saved_graph, tmp_path):
+    from tfplace.estimator.profiler import profile_graph
+
+    graph, entry, feeds = load_saved_graph("cnn")
+    with pytest.raises(ValueError, match=r"same shapes for batch sizes \[1, 2\]"):
+        profile_graph(graph, entry["train_op"], lambda batch_size: feeds, [1, 2], cache_dir=tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -328,6 +328,19 @@ def step_graph_def(graph: Any, ops: Iterable[Any]) -> Any:
     return pruned
 
 
+def _check_feeds_follow_the_batch(feeds: Mapping[int, Mapping[str, Any]]) -> None:
+    """Refuse feeds whose shapes are the same at every batch size profiled: a ``feed_fn`` that
+    ignores its argument would make the regression fit costs that never change with the batch."""
+    shapes = {
+        tuple(sorted((name, tuple(array.shape)) for name, array in per.items())) for per in feeds.values()
+    }
+    if len(feeds) > 1 and len(shapes) == 1 and any(per for per in feeds.values()):
+        raise ValueError(
+            f"feed_fn returned arrays of the same shapes for batch sizes {sorted(feeds)}: it must "
+            "return a batch of the size it is given (or profile at the one batch size the graph takes)"
+        )
+
+
 def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[Any]:
     """What to run before the first step: ``init_op``, else every variable's initializer."""
     import tensorflow as tf
@@ -475,6 +488,7 @@ def profile_graph(
     fed_names = {_tensor_name(key) for feeds in raw_feeds.values() for key in feeds}
     needed = fetch_closure(graph, fetch_elements, fed_names)
     feeds = {b: validate_feeds(graph, raw_feeds[b], needed) for b in sizes}
+    _check_feeds_follow_the_batch(feeds)
     initializer = _initializer(graph, init_op, needed)
     session_config = profiling_config(config)
 
