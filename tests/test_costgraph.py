@@ -6,6 +6,7 @@ import os
 import pytest
 
 from tfplace.costgraph import CostGraph, CostGraphError, ccr, load_json, op_memory, save_json
+from tfplace.indexed import index_graph
 from tfplace.transfer import TransferModel
 
 
@@ -65,6 +66,66 @@ def test_op_memory_counts_persistent_outputs_and_temporary():
     graph = two_op_graph()
     assert op_memory(graph.nodes["a"]) == 400
     assert op_memory(graph.nodes["b"]) == 57
+
+
+def aliasing_graph() -> CostGraph:
+    """a -> b, whose output 1 is a's output 1 (a view or a forwarded buffer)."""
+    graph = two_op_graph()
+    graph.add_op("b", output_sizes=(20, 300), temporary_bytes=50, aliased_outputs=[(1, "a", 1)])
+    graph.add_dependency("a", "b", slots=(0, 1))
+    return graph
+
+
+def test_op_memory_leaves_out_outputs_that_are_an_inputs_buffer():
+    graph = aliasing_graph()
+    assert op_memory(graph.nodes["b"]) == 20 + 50
+    assert index_graph(graph).memory.tolist() == [400, 20 + 50]
+    assert index_graph(graph).aliases == [(), ((1, 0, 1),)]
+    assert graph.edges["a", "b"]["bytes"] == 400  # a transfer still moves every tensor
+
+
+def test_json_round_trip_keeps_aliased_outputs(tmp_path):
+    graph = aliasing_graph()
+    save_json(graph, tmp_path / "g.json")
+    loaded = load_json(tmp_path / "g.json")
+    assert loaded.nodes["b"]["aliased_outputs"] == ((1, "a", 1),)
+    assert dict(loaded.nodes(data=True)) == dict(graph.nodes(data=True))
+
+
+def test_a_file_written_before_aliased_outputs_existed_loads_with_none(tmp_path):
+    graph = aliasing_graph()
+    path = tmp_path / "old.json"
+    save_json(graph, path)
+    document = json.loads(path.read_text())
+    for op in document["ops"]:
+        del op["aliased_outputs"]
+    path.write_text(json.dumps(document))
+    loaded = load_json(path)
+    assert loaded.nodes["b"]["aliased_outputs"] == ()
+    assert op_memory(loaded.nodes["b"]) == 320 + 50
+
+
+@pytest.mark.parametrize(
+    ("aliases", "message"),
+    [
+        ([[1, "a"]], "triples"),
+        ([[1, 1, 1]], "triples"),
+        ([[2, "a", 1]], r"slots \[2\]; each must be one of its 2 output slots"),
+        ([[1, "a", 1], [1, "a", 0]], "once"),
+        ([[1, "a", 2]], "input a:2, but no edge into the op carries that tensor"),
+        ([[1, "c", 0]], "input c:0, but no edge"),
+    ],
+)
+def test_aliased_outputs_that_name_no_output_or_no_input_of_the_op_are_refused(tmp_path, aliases, message):
+    graph = aliasing_graph()
+    graph.add_op("c", output_sizes=(8,))
+    path = tmp_path / "bad.json"
+    save_json(graph, path)
+    document = json.loads(path.read_text())
+    next(op for op in document["ops"] if op["name"] == "b")["aliased_outputs"] = aliases
+    path.write_text(json.dumps(document))
+    with pytest.raises(CostGraphError, match=f"'b'.*{message}"):
+        load_json(path)
 
 
 def test_ccr_is_total_transfer_time_over_total_compute():

@@ -13,7 +13,14 @@ Node attributes (one node per operation, keyed by the op's name)
     ``persistent_bytes`` (int)
         Memory held for the whole run: variables, optimizer slots, other state.
     ``output_sizes`` (tuple of int)
-        Allocated bytes of each output tensor, indexed by output slot.
+        Bytes of each output tensor, indexed by output slot: what a transfer of the tensor moves.
+    ``aliased_outputs`` (tuple of (int, str, int), optional, default ``()``)
+        ``(slot, producer, producer_slot)`` for each output slot that is no new buffer but the
+        buffer of the op's input ``producer:producer_slot`` (TensorFlow forwards buffers: an
+        ``Identity`` or ``Reshape`` always, an element-wise op that is its input's last user, a
+        ``Split`` returning views). The op allocates nothing for such a slot; the input's buffer
+        lives on until the slot's last consumer is done with it. A tensor sent to another device
+        is still a new buffer there. The edge ``producer -> op`` must carry ``producer_slot``.
     ``temporary_bytes`` (int)
         Scratch memory held only while the op runs.
     ``op_type`` (str)
@@ -43,6 +50,11 @@ Graph attributes (``graph.graph``)
     ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``) and any metadata the
     producer of the graph wants to keep (``source``, ``fingerprint``, ...).
 
+Memory
+    :func:`op_memory` is the memory an op adds in the static model every placer shares: its
+    persistent bytes, the outputs it allocates (:func:`allocated_output_bytes`: every slot but
+    the aliased ones) and its temporary bytes.
+
 The JSON form (:func:`save_json` / :func:`load_json`) is documented in ``docs/costgraph_schema.md``.
 """
 
@@ -63,8 +75,10 @@ from tfplace.transfer import TransferModel
 __all__ = [
     "JSON_FORMAT",
     "JSON_VERSION",
+    "AliasedOutput",
     "CostGraph",
     "CostGraphError",
+    "allocated_output_bytes",
     "atomic_write_bytes",
     "atomic_write_text",
     "ccr",
@@ -90,6 +104,13 @@ _NODE_DEFAULTS: dict[str, Any] = {
     "device_kinds": None,
     "flops": 0.0,
 }
+_OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {"aliased_outputs": ()}
+"""Node attributes added after version 1 first shipped: a node (or a JSON op) may lack them."""
+_NODE_KEYS = {**_NODE_DEFAULTS, **_OPTIONAL_NODE_DEFAULTS}
+
+AliasedOutput = tuple[int, str, int]
+"""``(slot, producer, producer_slot)``: output ``slot`` of an op is its input ``producer:producer_slot``'s
+buffer (the ``aliased_outputs`` node attribute)."""
 
 
 class CostGraphError(ValueError):
@@ -124,6 +145,7 @@ class CostGraph(nx.DiGraph):
         colocation_group: str | None = None,
         device_kinds: Iterable[str] | None = None,
         flops: float = 0.0,
+        aliased_outputs: Iterable[AliasedOutput] = (),
     ) -> None:
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
@@ -136,6 +158,7 @@ class CostGraph(nx.DiGraph):
             colocation_group=colocation_group,
             device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
             flops=float(flops),
+            aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
         )
 
     def add_dependency(
@@ -191,13 +214,15 @@ class CostGraph(nx.DiGraph):
     def validate(self) -> None:
         """Raise :class:`CostGraphError` naming the first op or edge that breaks the schema.
 
-        Checks every attribute's presence, type and sign, and that the graph is acyclic (the
-        message lists the ops on a cycle).
+        Checks every attribute's presence, type and sign, that each aliased output names an input
+        of its op, and that the graph is acyclic (the message lists the ops on a cycle).
         """
         for name, attrs in self.nodes(data=True):
             _validate_op(name, attrs)
         for src, dst, attrs in self.edges(data=True):
             _validate_edge(src, dst, attrs)
+        for name, aliases in self.nodes(data="aliased_outputs", default=()):
+            _validate_aliases(self, name, aliases)
         cycle = find_cycle_ops(self)
         if cycle:
             raise CostGraphError(
@@ -244,6 +269,38 @@ def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
         not isinstance(kinds, tuple) or not kinds or any(not isinstance(k, str) for k in kinds)
     ):
         raise CostGraphError(f"op {name!r}: device_kinds must be None or device types, got {kinds!r}")
+    aliases = attrs.get("aliased_outputs", ())
+    if not isinstance(aliases, tuple) or not all(map(_is_alias, aliases)):
+        raise CostGraphError(
+            f"op {name!r}: aliased_outputs must be (slot, producer, producer slot) triples, got {aliases!r}"
+        )
+    slots = [slot for slot, _, _ in aliases]
+    if len(set(slots)) < len(slots) or any(slot >= len(sizes) for slot in slots):
+        raise CostGraphError(
+            f"op {name!r}: aliased_outputs name slots {slots}; each must be one of its "
+            f"{len(sizes)} output slots, once"
+        )
+
+
+def _is_alias(value: Any) -> bool:
+    return (
+        isinstance(value, tuple)
+        and len(value) == 3
+        and _is_count(value[0])
+        and isinstance(value[1], str)
+        and _is_count(value[2])
+    )
+
+
+def _validate_aliases(graph: nx.DiGraph, name: str, aliases: tuple[AliasedOutput, ...]) -> None:
+    """Each aliased output names an input the graph has: an edge into ``name`` carrying the slot."""
+    for slot, producer, producer_slot in aliases:
+        edge = graph.get_edge_data(producer, name)
+        if edge is None or producer_slot not in edge["slots"]:
+            raise CostGraphError(
+                f"op {name!r}: output {slot} is aliased to input {producer}:{producer_slot}, "
+                "but no edge into the op carries that tensor"
+            )
 
 
 def _validate_edge(src: str, dst: str, attrs: Mapping[str, Any]) -> None:
@@ -301,13 +358,20 @@ def output_bytes(graph: nx.DiGraph, op: str) -> int:
     return sum(graph.nodes[op]["output_sizes"])
 
 
+def allocated_output_bytes(attrs: Mapping[str, Any]) -> int:
+    """Bytes of the outputs an op allocates: every output slot but its ``aliased_outputs``."""
+    aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
+    return sum(size for slot, size in enumerate(attrs["output_sizes"]) if slot not in aliased)
+
+
 def op_memory(attrs: Mapping[str, Any]) -> int:
     """The memory an op adds to its device in the static model every placer shares.
 
-    Persistent state, every output (training keeps forward activations until the backward pass)
-    and the op's temporary memory: ``Memory[v_i]`` of Eq. 6 and Algorithm 2.
+    Persistent state, every output it allocates (training keeps forward activations until the
+    backward pass; an output that is an input's buffer adds nothing) and the op's temporary
+    memory: ``Memory[v_i]`` of Eq. 6 and Algorithm 2.
     """
-    return int(attrs["persistent_bytes"] + sum(attrs["output_sizes"]) + attrs["temporary_bytes"])
+    return int(attrs["persistent_bytes"] + allocated_output_bytes(attrs) + attrs["temporary_bytes"])
 
 
 def ccr(graph: nx.DiGraph) -> float:
@@ -325,7 +389,7 @@ def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
         "version": JSON_VERSION,
         "graph": graph.graph,
         "ops": [
-            {"name": name, **{key: _jsonable(attrs[key]) for key in _NODE_DEFAULTS}}
+            {"name": name, **{key: _jsonable(attrs.get(key, _NODE_KEYS[key])) for key in _NODE_KEYS}}
             for name, attrs in graph.nodes(data=True)
         ],
         "edges": [
@@ -347,7 +411,7 @@ def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+    return [_jsonable(item) for item in value] if isinstance(value, tuple) else value
 
 
 def load_json(path: str | os.PathLike[str]) -> CostGraph:
@@ -381,15 +445,19 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         name = op["name"]
         if name in graph:
             raise CostGraphError(f"{path}: op {name!r} appears twice (ops[{index}])")
-        unknown = set(op) - set(_NODE_DEFAULTS) - {"name"}
+        unknown = set(op) - set(_NODE_KEYS) - {"name"}
         if unknown:
             raise CostGraphError(f"{path}: op {name!r} has unknown fields {sorted(unknown)}")
-        fields = {**_NODE_DEFAULTS, **op}
-        for key in ("output_sizes", "device_kinds"):
+        fields = {**_NODE_KEYS, **op}
+        for key in ("output_sizes", "device_kinds", "aliased_outputs"):
             if op.get(key) is not None:
                 fields[key] = _json_tuple(op[key], f"{path}: op {name!r}: {key}")
         fields["output_sizes"] = fields["output_sizes"] or ()
-        graph.add_node(name, **{key: fields[key] for key in _NODE_DEFAULTS})
+        fields["aliased_outputs"] = tuple(
+            _json_tuple(alias, f"{path}: op {name!r}: aliased_outputs[{i}]")
+            for i, alias in enumerate(fields["aliased_outputs"] or ())
+        )
+        graph.add_node(name, **{key: fields[key] for key in _NODE_KEYS})
     for index, edge in enumerate(document["edges"]):
         if not isinstance(edge, dict) or "src" not in edge or "dst" not in edge:
             raise CostGraphError(f"{path}: edges[{index}] needs src and dst")

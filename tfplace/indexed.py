@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import networkx as nx
 import numpy as np
 
+from tfplace.costgraph import CostGraphError
 from tfplace.devices import DeviceSet
 from tfplace.transfer import TransferModel
 
@@ -36,7 +37,10 @@ class IndexedGraph:
     ``pred_position[v][k]`` is the position of ``v`` in ``succ[pred[v][k]]``, so both ends reach the
     same edge. ``link`` is the transfer model the ``*_time`` lists were computed with.
     ``output_sizes[i]`` gives the bytes of each output slot, so that a tensor (an op and a slot)
-    needed by several consumers on one device is sent there once. ``group[i]`` is the
+    needed by several consumers on one device is sent there once. ``aliases[i]`` lists
+    ``(slot, producer, producer_slot)`` for each output slot of op ``i`` that is the buffer of its
+    input ``(producer, producer_slot)`` (the cost graph's ``aliased_outputs``, with op positions);
+    ``outputs[i]`` sums the output slots op ``i`` allocates, every slot but those. ``group[i]`` is the
     co-location group id of op ``i``: ops without a group get a group of their own, so every op
     belongs to exactly one group and ``group_members[g]`` lists the ops of group ``g``.
     """
@@ -49,6 +53,7 @@ class IndexedGraph:
     temporary: np.ndarray
     kinds: list[tuple[str, ...] | None]
     output_sizes: list[tuple[int, ...]]
+    aliases: list[tuple[tuple[int, int, int], ...]]
     succ: list[list[int]]
     succ_time: list[list[float]]
     succ_bytes: list[list[int]]
@@ -107,6 +112,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
     n = len(names)
     ops = [attrs for _, attrs in graph.nodes(data=True)]
     output_sizes = _column(ops, "output_sizes")
+    aliases = _aliases(list(map(methodcaller("get", "aliased_outputs", ()), ops)), index, names)
     group, group_members = _colocation_groups(_column(ops, "colocation_group"))
     adjacency = [successors for _, successors in graph.adjacency()]
     outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
@@ -133,10 +139,11 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
         index=index,
         compute=np.array(_column(ops, "compute_time"), dtype=float),
         persistent=np.array(_column(ops, "persistent_bytes"), dtype=np.int64),
-        outputs=np.fromiter(map(sum, output_sizes), dtype=np.int64, count=n),
+        outputs=_allocated_outputs(output_sizes, aliases),
         temporary=np.array(_column(ops, "temporary_bytes"), dtype=np.int64),
         kinds=_column(ops, "device_kinds"),
         output_sizes=output_sizes,
+        aliases=aliases,
         succ=_split(dst.tolist(), succ_bounds),
         succ_time=_split(times, succ_bounds),
         succ_bytes=_split(nbytes, succ_bounds),
@@ -149,6 +156,30 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
         group_members=group_members,
         link=link if link is not None else _graph_link(graph),
     )
+
+
+def _aliases(
+    aliased: list[tuple[tuple[int, str, int], ...]], index: dict[str, int], names: list[str]
+) -> list[tuple[tuple[int, int, int], ...]]:
+    """Each op's aliased outputs with the producer's position instead of its name."""
+    result: list[tuple[tuple[int, int, int], ...]] = [()] * len(aliased)
+    for op in (i for i, entries in enumerate(aliased) if entries):
+        for _, producer, _ in aliased[op]:
+            if producer not in index:
+                raise CostGraphError(f"op {names[op]!r}: aliased output names unknown input op {producer!r}")
+        result[op] = tuple((slot, index[producer], source) for slot, producer, source in aliased[op])
+    return result
+
+
+def _allocated_outputs(
+    output_sizes: list[tuple[int, ...]], aliases: list[tuple[tuple[int, int, int], ...]]
+) -> np.ndarray:
+    """Bytes of the output slots each op allocates: all but its aliased ones."""
+    outputs = np.fromiter(map(sum, output_sizes), dtype=np.int64, count=len(output_sizes))
+    for op in (i for i, entries in enumerate(aliases) if entries):
+        sizes = output_sizes[op]
+        outputs[op] -= sum(sizes[slot] for slot, _, _ in aliases[op] if slot < len(sizes))
+    return outputs
 
 
 def _transfer_counts(

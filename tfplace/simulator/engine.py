@@ -43,9 +43,12 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
 4. **Memory.** A device holds the persistent bytes of its ops from time 0. An op allocates its
    outputs and its temporary bytes when it starts and frees the temporary bytes when it ends.
    An output slot is freed when the last of its consumers on the device and of its transfers
-   has finished; a slot nobody consumes is freed when the op ends. A received tensor is
-   allocated on the receiver when its transfer starts and freed when its last consumer there
-   ends. Frees at a moment happen before the allocations of ops and transfers starting then.
+   has finished; a slot nobody consumes is freed when the op ends. An output slot that is an
+   input's buffer (``aliased_outputs``: an ``Identity``, an in-place ``Relu``) allocates nothing;
+   instead the input's buffer (or the copy received on the op's device) is kept until that slot
+   would have been freed, so a buffer lives as long as any tensor that is it is in use. A received
+   tensor is allocated on the receiver when its transfer starts and freed when its last consumer
+   there ends. Frees at a moment happen before the allocations of ops and transfers starting then.
    The first time a device holds more than ``devices.memory_of(d)``, an :class:`OomEvent`
    names the op whose start (or received tensor) crossed the limit; the simulation goes on.
 5. **Step overhead.** The framework's own work per step (starting each host's part of the step
@@ -324,7 +327,7 @@ class _Run:
         slot_counts = [len(sizes) for sizes in graph.output_sizes]
         pending, local_next, sends, signals = plan.pending[:], plan.local_next, plan.sends, plan.signals
         releases, slot_base, holders = plan.releases, plan.slot_base, plan.holders[:]
-        buffer_size, buffer_device = plan.buffer_size, plan.buffer_device
+        buffer_size, buffer_device, parent = plan.buffer_size, plan.buffer_device, plan.parent
         route_of, duration, delay, consumers = plan.route, plan.duration, plan.delay, plan.consumers
         on_devices, n = plan.on_devices, len(graph)
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
@@ -345,10 +348,21 @@ class _Run:
         ready_routes: set[int] = set()
         moved, seconds, now = 0, 0.0, 0.0
 
+        def drop(buffer: int, time: float) -> None:
+            """Free a buffer nobody holds any more, then release the buffer it is an alias of."""
+            while True:
+                free(buffer_device[buffer], buffer_size[buffer], time)
+                buffer = parent.get(buffer, -1)
+                if buffer < 0:
+                    return
+                holders[buffer] -= 1
+                if holders[buffer]:
+                    return
+
         def release(buffer: int, time: float) -> None:
             holders[buffer] -= 1
             if not holders[buffer]:
-                free(buffer_device[buffer], buffer_size[buffer], time)
+                drop(buffer, time)
 
         def make_ready(v: int, time: float) -> None:
             d = placed[v]
@@ -454,7 +468,7 @@ class _Run:
                     base = slot_base[x]
                     for buffer in range(base, base + slot_counts[x]):
                         if not holders[buffer]:
-                            free(d, buffer_size[buffer], now)
+                            drop(buffer, now)
                     for buffer in releases[x]:
                         release(buffer, now)
                     for v in local_next[x]:

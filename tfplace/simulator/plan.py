@@ -8,7 +8,10 @@ Given where every op runs, :func:`plan_transfers` turns the graph's edges into
 * *signals*: a control dependency, or a tensor of 0 bytes, between two devices: a message that
   costs the link's latency ``b`` and occupies no channel;
 * *buffers*: each output slot of each op on its device, and each received tensor on its receiver,
-  with the number of holders that must release it before it is freed;
+  with the number of holders that must release it before it is freed; an output slot that is an
+  input's buffer (the graph's ``aliased_outputs``) is a buffer of 0 bytes that holds that input's
+  buffer (its *parent*: the producer's slot on the same device, else the received copy) until it is
+  released itself;
 * *routes*: the (sender, receiver) device pairs, each with the channels its transfers occupy.
 
 The event loop in :mod:`tfplace.simulator.engine` only follows these lists.
@@ -39,6 +42,8 @@ class TransferPlan:
     Buffers
         ``slot_base[u] + s`` is the buffer of output slot ``s`` of ``u``; every buffer has a size,
         a device and ``holders`` (the releases it waits for; ``0`` frees it when its op ends).
+        ``parent[b]`` is the buffer an aliased output slot's buffer ``b`` is; ``b`` holds it
+        (one of its ``holders``) and releases it when ``b`` itself is freed.
     Transfers (one entry per tensor and receiving device)
         ``producer``, ``slot`` (``None`` for a slotless edge), ``src``, ``dst`` devices, ``nbytes``,
         ``duration`` (how long it holds its channels: ``k * bytes + b - latency``, the fixed part
@@ -63,6 +68,7 @@ class TransferPlan:
     buffer_device: list[int]
     holders: list[int]
     channel_routes: list[list[int]]
+    parent: dict[int, int] = field(default_factory=dict)
     producer: list[int] = field(default_factory=list)
     slot: list[int | None] = field(default_factory=list)
     src: list[int] = field(default_factory=list)
@@ -187,7 +193,36 @@ def plan_transfers(graph: IndexedGraph, placed: Sequence[int], devices: DeviceSe
             if not sent:  # a control dependency, or tensors of 0 bytes: a message of latency b
                 signals[u].append((v, link.b))
                 pending[v] += 1
+    _share_aliased_buffers(graph, placed, plan)
     return plan
+
+
+def _share_aliased_buffers(graph: IndexedGraph, placed: Sequence[int], plan: TransferPlan) -> None:
+    """Make each aliased output slot a buffer of 0 bytes holding the input buffer it is.
+
+    The input's buffer is the producer's slot when both ops share a device, else the copy received
+    on the consumer's device; when there is none (a tensor of 0 bytes is not sent), the slot just
+    allocates nothing.
+    """
+    aliased = [v for v, entries in enumerate(graph.aliases) if entries]
+    if not aliased:
+        return
+    received = {(u, s, d): t for t, (u, s, d) in enumerate(zip(plan.producer, plan.slot, plan.dst))}
+    for v in aliased:
+        sizes = graph.output_sizes[v]
+        for slot, u, source in graph.aliases[v]:
+            if slot >= len(sizes):
+                continue
+            buffer = plan.slot_base[v] + slot
+            plan.buffer_size[buffer] = 0
+            if placed[u] == placed[v]:
+                parent = plan.slot_base[u] + source if source < len(graph.output_sizes[u]) else -1
+            else:
+                t = received.get((u, source, placed[v]), -1)
+                parent = plan.buffer[t] if t >= 0 else -1
+            if parent >= 0:
+                plan.parent[buffer] = parent
+                plan.holders[parent] += 1
 
 
 def _add_transfer(
