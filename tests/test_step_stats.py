@@ -92,8 +92,9 @@ def test_runtime_internals_and_partitioner_transfers_map_to_none(runtime_name):
     assert op_name_for_node(runtime_name, GRAPH_OPS) is None
 
 
-def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0):
-    """Add a NodeExecStats record; ``outputs`` are (slot, requested, allocated) triples."""
+def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0, addresses=()):
+    """Add a NodeExecStats record; ``outputs`` are (slot, requested, allocated) triples, and
+    ``addresses`` the buffer addresses of the first outputs."""
     node = stats.node_stats.add(node_name=name, timeline_label=f"{name} = {op_type}()")
     node.all_end_rel_nanos = nanos
     node.op_start_rel_nanos = 1
@@ -102,6 +103,8 @@ def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0):
         output = node.output.add(slot=slot)
         output.tensor_description.allocation_description.requested_bytes = requested
         output.tensor_description.allocation_description.allocated_bytes = allocated
+    for output, address in zip(node.output, addresses):
+        output.tensor_description.allocation_description.ptr = address
     node.memory_stats.temp_memory_size = temp
     node.memory_stats.persistent_memory_size = persistent
     return node
@@ -210,3 +213,118 @@ def test_a_real_trace_of_a_while_loop_and_cond_maps_every_record_but_internals()
         assert traces[loop].executions > 3  # lowered: many records, once per iteration
         assert traces[loop].compute_time > 0
     assert traces["x"].output_sizes == (2 * 4 * 4,)
+
+
+# Forwarded buffers: outputs that are an input's buffer.
+
+FORWARDING_OPS = {"x", "y", "mm", "ident", "other", "loop/ident"}
+FORWARDING_INPUTS = {"mm": [("x", 0)], "ident": [("mm", 0)], "other": [("y", 0)], "loop/ident": [("mm", 0)]}
+
+
+@pytest.mark.tensorflow
+def test_an_output_at_the_address_of_one_of_its_inputs_is_that_inputs_buffer(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "_arg_x_0_0", "_Arg", nanos=10, outputs=[(0, 400, 0)], addresses=[0])
+    _node(cpu, "mm", "MatMul", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    _node(cpu, "ident", "Identity", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    traces = collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)
+    assert traces["ident"].aliased_outputs == ((0, "mm", 0),)
+    assert traces["ident"].output_sizes == (400,)  # still the tensor's bytes, for transfers
+    assert traces["mm"].aliased_outputs == ()  # a fed array has no address: nothing to match
+    assert collect_op_traces(run_metadata, FORWARDING_OPS)["ident"].aliased_outputs == ()  # no inputs
+
+
+@pytest.mark.tensorflow
+def test_an_address_equal_to_a_tensor_that_is_not_an_input_is_a_reused_address(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "mm", "MatMul", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    _node(cpu, "y", "Const", nanos=10, outputs=[(0, 400, 0)], addresses=[0xB000])
+    _node(cpu, "other", "Relu", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    assert collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)["other"].aliased_outputs == ()
+
+
+@pytest.mark.tensorflow
+def test_an_op_run_several_times_aliases_an_output_only_if_every_run_did(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "mm", "MatMul", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    _node(cpu, "loop/ident", "Identity", nanos=10, outputs=[(0, 400, 400)], addresses=[0xA000])
+    _node(cpu, "loop/ident", "Identity", nanos=10, outputs=[(0, 400, 400)], addresses=[0xC000])
+    traces = collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)
+    assert traces["loop/ident"].aliased_outputs == ()
+
+
+@pytest.mark.tensorflow
+def test_a_view_into_a_larger_buffer_has_the_bytes_of_its_own_elements(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    node = _node(cpu, "Reshape", "Split", nanos=10, outputs=[(0, 65536, 65536), (1, 400, 512)])
+    for output, dims in zip(node.output, ([16, 256], [100])):
+        output.tensor_description.dtype = 1  # DT_FLOAT
+        for size in dims:
+            output.tensor_description.shape.dim.add(size=size)
+    assert collect_op_traces(run_metadata, GRAPH_OPS)["Reshape"].output_sizes == (16 * 256 * 4, 512)
+
+
+def _traced_step(graph, fetch, feeds):
+    """One FULL_TRACE step of ``graph`` under the profiler's settings (after an untraced one)."""
+    import tensorflow as tf
+
+    from tfplace.estimator.profiler import profiling_config
+
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
+        with graph.as_default():
+            session.run(tf.compat.v1.global_variables_initializer())
+        session.run(fetch, feeds)
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        session.run(fetch, feeds, options=options, run_metadata=metadata)
+    return metadata
+
+
+def _inputs(graph):
+    return {op.name: [(t.op.name, t.value_index) for t in op.inputs] for op in graph.get_operations()}
+
+
+@pytest.mark.tensorflow
+def test_identity_reshape_and_views_are_their_inputs_buffers_in_a_real_trace():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 256], name="x")
+        mm = tf.matmul(x, tf.ones([256, 256]), name="mm")
+        tf.identity(mm, name="ident")
+        tf.reshape(mm, [64, 16, 16, 1], name="reshape")
+        parts = tf.split(mm, 4, name="split")
+        conv = tf.nn.conv2d(tf.reshape(mm, [64, 16, 16, 1]), tf.ones([3, 3, 1, 8]), 1, "SAME", name="conv")
+        fetch = [tf.reduce_sum(t) for t in (graph.get_tensor_by_name("ident:0"), *parts, conv)]
+        fetch.append(graph.get_tensor_by_name("reshape:0"))
+    metadata = _traced_step(graph, fetch, {"x:0": np.ones((64, 256), np.float32)})
+    traces = collect_op_traces(metadata, set(_inputs(graph)), _inputs(graph))
+    assert traces["ident"].aliased_outputs == ((0, "mm", 0),)
+    assert traces["reshape"].aliased_outputs == ((0, "mm", 0),)
+    assert traces["split"].aliased_outputs == tuple((slot, "mm", 0) for slot in range(4))
+    assert traces["split"].output_sizes == (16 * 256 * 4,) * 4
+    assert traces["conv"].aliased_outputs == ()
+    assert traces["conv"].temporary_bytes > 0
+
+
+@pytest.mark.tensorflow
+def test_outputs_not_aliased_are_exactly_the_bytes_each_node_allocated_in_a_training_step(load_saved_graph):
+    graph, entry, feeds = load_saved_graph("cnn")
+    metadata = _traced_step(graph, entry["train_op"], feeds)
+    traces = collect_op_traces(metadata, set(_inputs(graph)), _inputs(graph))
+    records = [node for dev in metadata.step_stats.dev_stats for node in dev.node_stats]
+    checked = 0
+    for node in (node for node in records if node.node_name in traces):
+        aliased = {slot for slot, _, _ in traces[node.node_name].aliased_outputs}
+        new = sum(
+            o.tensor_description.allocation_description.allocated_bytes
+            for o in node.output
+            if o.slot not in aliased
+        )
+        allocated = sum(memory.total_bytes for memory in node.memory) - node.memory_stats.temp_memory_size
+        assert (node.node_name, new) == (node.node_name, allocated)
+        checked += 1
+    kinds = {graph.get_operation_by_name(op).type for op, trace in traces.items() if trace.aliased_outputs}
+    assert checked > 200
+    assert {"Identity", "Reshape", "Relu", "ReluGrad"} <= kinds  # shared and in place
