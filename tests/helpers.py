@@ -94,3 +94,22 @@ def feed_function(entry: dict[str, Any], seed: int = 0) -> Callable[[int], dict[
         return feeds
 
     return feed_fn
+
+
+#: Small variants of every model, fast enough to train on a CPU in a test.
+SMALL_MODELS: dict[str, dict[str, Any]] = {
+    "inception_v3": {"image_size": 75, "classes": 10},
+    "nmt": {"units": 8, "layers": 3, "source_length": 4, "target_length": 3, "vocab_size": 13},
+    "nmt_while": {"units": 8, "layers": 3, "source_length": 4, "target_length": 3, "vocab_size": 13},
+    "transformer": {
+        "layers": 2,
+        "heads": 2,
+        "d_model": 8,
+        "d_ff": 16,
+        "source_length": 5,
+        "target_length": 4,
+        "vocab_size": 13,
+        "dropout": 0.0,
+    },
+    "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
+}

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_keras.src import backend as keras_backend
 
 import models.nmt
+from helpers import SMALL_MODELS
 from models import MODELS, build_model
 from models.common import ModelSpec, parameter_count, train_step_ops
 
@@ -22,23 +23,7 @@ pytestmark = pytest.mark.tensorflow
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
-#: Small variants of every model, fast enough to train on a CPU in a test.
-SMALL: dict[str, dict[str, Any]] = {
-    "inception_v3": {"image_size": 75, "classes": 10},
-    "nmt": {"units": 8, "layers": 3, "source_length": 4, "target_length": 3, "vocab_size": 13},
-    "nmt_while": {"units": 8, "layers": 3, "source_length": 4, "target_length": 3, "vocab_size": 13},
-    "transformer": {
-        "layers": 2,
-        "heads": 2,
-        "d_model": 8,
-        "d_ff": 16,
-        "source_length": 5,
-        "target_length": 4,
-        "vocab_size": 13,
-        "dropout": 0.0,
-    },
-    "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
-}
+SMALL = SMALL_MODELS
 
 #: Variables whose first gradients are below float32 resolution of their values under the NMT models'
 #: plain SGD (the attention sees nearly uniform encoder states at initialization), so a step may

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import variable_values
+from helpers import SMALL_MODELS, variable_values
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 
@@ -16,34 +16,9 @@ STEPS = 20
 DEVICES = 4
 RUN_BATCH = 4
 
-#: Small variants of three benchmark models: Inception V3 (batch norm, thousands of co-located ops),
-#: convolutions only, and attention with embeddings and Adam.
-MODELS = {
-    "inception_v3": {"image_size": 75, "classes": 10},
-    "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
-    "transformer": {
-        "layers": 2,
-        "heads": 2,
-        "d_model": 8,
-        "d_ff": 16,
-        "source_length": 5,
-        "target_length": 4,
-        "vocab_size": 13,
-        "dropout": 0.0,
-    },
-}
-
-
-def without_devices(graph_def: Any) -> Any:
-    """A copy of ``graph_def`` with every device field cleared (its function library's too)."""
-    copy = type(graph_def)()
-    copy.CopyFrom(graph_def)
-    for node in copy.node:
-        node.ClearField("device")
-    for function in copy.library.function:
-        for node in function.node_def:
-            node.ClearField("device")
-    return copy
+#: Three benchmark models: Inception V3 (batch norm, thousands of co-located ops), convolutions
+#: only, and attention with embeddings and Adam.
+MODELS = {name: SMALL_MODELS[name] for name in ("inception_v3", "tensor_holography", "transformer")}
 
 
 def static_bytes(cost_graph: Any) -> int:
@@ -61,6 +36,7 @@ def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_a
     from tfplace import estimate_costs, place
     from tfplace.devices import DeviceSet
     from tfplace.tf_graph import device_mismatches, run_steps, virtual_cpu_config
+    from tfplace.tf_graph.apply import without_devices
 
     spec = build_model(name, **MODELS[name])
     graph = spec.graph

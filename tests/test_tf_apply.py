@@ -11,7 +11,7 @@ import pytest
 from helpers import variable_values
 from tfplace.devices import DeviceName, DeviceSet
 from tfplace.placement import Placement, PlacementError
-from tfplace.tf_graph.apply import apply_placement
+from tfplace.tf_graph.apply import apply_placement, without_devices
 from tfplace.tf_graph.constraints import colocation_groups
 from tfplace.tf_graph.importer import import_graph
 from tfplace.tf_graph.session import (
@@ -68,21 +68,6 @@ def test_a_group_by_group_split_runs_where_placed_and_trains_like_one_device(loa
         np.testing.assert_allclose(after_placed, after_single, rtol=1e-5, atol=1e-7)
 
 
-def _without_devices(proto):
-    """A copy of a NodeDef, GraphDef or MetaGraphDef with every device field cleared."""
-    import tensorflow as tf
-
-    copy = type(proto)()
-    copy.CopyFrom(proto)
-    if isinstance(copy, tf.compat.v1.NodeDef):
-        copy.ClearField("device")
-    for node in (
-        copy.graph_def.node if isinstance(copy, tf.compat.v1.MetaGraphDef) else getattr(copy, "node", [])
-    ):
-        node.ClearField("device")
-    return copy
-
-
 def test_placing_a_graph_def_changes_only_device_fields_of_a_copy(load_saved_graph):
     graph, _, _, _, placement = placed_graph(load_saved_graph, "cnn", 3)
     graph_def = graph.as_graph_def()
@@ -99,9 +84,9 @@ def test_placing_a_graph_def_changes_only_device_fields_of_a_copy(load_saved_gra
             list(after.input),
             dict(after.attr),
         )
-        assert _without_devices(after) == _without_devices(before)
+        assert without_devices(after) == without_devices(before)
     assert placed.library == graph_def.library and placed.versions == graph_def.versions
-    assert _without_devices(placed) == _without_devices(graph_def)
+    assert without_devices(placed) == without_devices(graph_def)
 
 
 def test_placing_a_meta_graph_keeps_its_collections_and_signatures(load_saved_graph):
@@ -115,7 +100,7 @@ def test_placing_a_meta_graph_keeps_its_collections_and_signatures(load_saved_gr
 
     assert placed is not meta and not any(node.device for node in meta.graph_def.node)
     assert {node.name: node.device for node in placed.graph_def.node} == placement.assignment
-    assert _without_devices(placed) == _without_devices(meta)
+    assert without_devices(placed) == without_devices(meta)
 
 
 def test_devices_are_written_as_the_placement_spells_them(load_saved_graph):

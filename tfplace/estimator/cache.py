@@ -41,14 +41,9 @@ def graph_fingerprint(graph_def: Any) -> str:
     Devices are cleared in the graph's nodes and in the nodes of its function library: where the
     graph was placed does not change what its ops cost on the reference device.
     """
-    copy = type(graph_def)()
-    copy.CopyFrom(graph_def)
-    for node in copy.node:
-        node.ClearField("device")
-    for function in copy.library.function:
-        for node in function.node_def:
-            node.ClearField("device")
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+    from tfplace.tf_graph.apply import without_devices
+
+    return hashlib.sha256(without_devices(graph_def).SerializeToString(deterministic=True)).hexdigest()
 
 
 def profile_key(graph_def: Any, settings: Mapping[str, Any]) -> str:

@@ -22,7 +22,7 @@ from tfplace.placement import Placement, PlacementError
 from tfplace.tf_graph.constraints import colocation_groups
 from tfplace.tf_graph.importer import load_graph
 
-__all__ = ["apply_placement", "check_placement"]
+__all__ = ["apply_placement", "check_placement", "without_devices"]
 
 _SHOWN = 8
 
@@ -111,3 +111,20 @@ def apply_placement(placement: Placement, target: Any) -> Any:
     for node in graph_def.node:
         node.device = assignment[node.name]
     return placed
+
+
+def without_devices(proto: Any) -> Any:
+    """A copy of a ``NodeDef``, ``GraphDef`` or ``MetaGraphDef`` with every device field cleared,
+    the function library's nodes included: what placing a graph does not change."""
+    copy = type(proto)()
+    copy.CopyFrom(proto)
+    graph_def = getattr(copy, "graph_def", copy)  # a MetaGraphDef holds one
+    if not hasattr(graph_def, "node"):  # a NodeDef
+        graph_def.ClearField("device")
+        return copy
+    for node in graph_def.node:
+        node.ClearField("device")
+    for function in graph_def.library.function:
+        for node in function.node_def:
+            node.ClearField("device")
+    return copy
