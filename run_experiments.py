@@ -41,13 +41,13 @@ from typing import Any
 from absl import app, flags, logging
 
 import models
-from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_remaining_ops
+from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
 from tfplace.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
 from tfplace.costgraph import op_memory, save_json
 from tfplace.device_model import DEVICE_MODELS, convert_graph
 from tfplace.devices import Device, DeviceSet, parse_memory
 from tfplace.estimator.accuracy import AccuracyReport, estimation_accuracy
-from tfplace.placer import PLACERS, place_cost_graph
+from tfplace.placer import PLACERS
 from tfplace.plots import plot_timeline
 from tfplace.report import (
     RealRun,
@@ -248,10 +248,7 @@ def real_runs(name: str, cluster: Any, calibrated: DeviceSet) -> list[RealRun]:
     )
     results = []
     for placer in FLAGS.placers:
-        placement = place_cost_graph(graph, devices, placer)
-        placement.assignment = place_remaining_ops(
-            estimate.imported.cost_graph, placement.assignment, devices
-        )
+        placement = place_costs(graph, devices, structure=estimate.imported.cost_graph, placer=placer)
         report = run_placement(
             spec.graph,
             placement,

@@ -101,10 +101,9 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
     DFS-TOPO fills a device up to its memory: it gets devices of 55% of the step's memory each,
     so that it splits the model in two contiguous parts, as Standard Evaluation step 2 would.
     """
-    from tfplace.api import place_remaining_ops
+    from tfplace.api import place_costs
     from tfplace.devices import Device
     from tfplace.indexed import index_graph
-    from tfplace.placer import place_cost_graph
 
     total = int(index_graph(cost_graph, devices.typical_link).memory.sum())
     result = {}
@@ -113,10 +112,8 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
         if name == "dfs_topo":
             capped = tuple(Device(d.name, max(int(0.55 * total), 1)) for d in devices.devices)
             placed_on = dataclasses.replace(devices, devices=capped)
-        placement = place_cost_graph(cost_graph, placed_on, name, simulate=False)
-        placement.assignment = place_remaining_ops(structure, placement.assignment, placed_on)
+        placement = place_costs(cost_graph, placed_on, structure=structure, placer=name, simulate=False)
         placement.devices = devices
-        placement.cost_graph = cost_graph
         result[name] = placement
     return result
 
