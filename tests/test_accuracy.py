@@ -47,6 +47,7 @@ def test_deviation_is_relative_to_the_measured_value():
 
 def test_memory_deviation_counts_outputs_and_temporary_bytes():
     assert memory_of(OpCost(1.0, (3, 4), 5, 1000)) == 12
+    assert memory_of(OpCost(1.0, (3, 4), 5, 1000, ((1, "x", 0),))) == 3 + 5  # slot 1 is x's buffer
     report = compare_profiles(small_profile(), measured_at_8(8.1e-3, add_bytes=40), 8)
     assert report.memory.mean == pytest.approx((80 - 40) / 40 / 2)
 

@@ -399,11 +399,11 @@ def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_me
     real = profiler.collect_op_traces
     calls = []
 
-    def interrupted(metadata, names):
+    def interrupted(metadata, names, inputs=None):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(metadata, names)
+        return real(metadata, names, inputs)
 
     monkeypatch.setattr(profiler, "collect_op_traces", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -421,7 +421,7 @@ def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypa
     from tfplace.estimator import profiler
     from tfplace.estimator.step_stats import OpTrace
 
-    def negative(metadata, names):
+    def negative(metadata, names, inputs=None):
         return {name: OpTrace(-3e-6, (), 0, 0, "/device:CPU:0", 1) for name in names}
 
     monkeypatch.setattr(profiler, "collect_op_traces", negative)

@@ -55,7 +55,7 @@ def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch):
     times = itertools.cycle([5e-6, 1e-6, 400e-6, 2e-6, 3e-6])
     sizes = itertools.cycle([8, 8, 8000, 8, 8])
 
-    def fake_traces(metadata, names):
+    def fake_traces(metadata, names, inputs=None):
         time, size = next(times), next(sizes)
         return {name: OpTrace(time, (size,), size, 0, "/device:CPU:0", 1) for name in names}
 
@@ -70,7 +70,7 @@ def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch):
 
 
 def test_zero_measured_times_are_raised_to_the_floor(monkeypatch):
-    def zero_time(metadata, names):
+    def zero_time(metadata, names, inputs=None):
         return {name: OpTrace(0.0, (), 0, 0, "/device:CPU:0", 1) for name in names}
 
     monkeypatch.setattr(profiler, "collect_op_traces", zero_time)
@@ -80,8 +80,8 @@ def test_zero_measured_times_are_raised_to_the_floor(monkeypatch):
 
 
 def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(monkeypatch):
-    def without_logits(metadata, names):
-        traces = collect_op_traces(metadata, names)
+    def without_logits(metadata, names, inputs=None):
+        traces = collect_op_traces(metadata, names, inputs)
         traces.pop("logits")
         return traces
 
@@ -152,3 +152,17 @@ def test_a_fetch_outside_the_graph_is_named():
     graph, _ = dense_graph()
     with pytest.raises(ValueError, match="'nothing'"):
         profile_graph(graph, "nothing", dense_feeds, **FAST)
+
+
+def test_outputs_that_are_an_inputs_buffer_are_profiled_and_kept_through_the_cache_form():
+    import tensorflow as tf
+
+    graph, train = dense_graph()
+    with graph.as_default():
+        logits = graph.get_tensor_by_name("logits:0")
+        tf.reduce_sum(tf.identity(logits, name="ident"), name="total")
+    result = profile_graph(graph, [train, "total"], dense_feeds, **FAST)
+    for per_op in result.costs.values():
+        assert per_op["ident"].aliased_outputs == ((0, "logits", 0),)
+        assert per_op["logits"].aliased_outputs == ()
+    assert profiler.ProfileSet.from_dict(result.to_dict()).costs == result.costs

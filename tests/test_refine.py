@@ -74,3 +74,12 @@ def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the
     assert estimate.cost_graph.nodes["conv1/Conv2D"]["persistent_bytes"] == (
         estimate.regression.predict(16)["conv1/Conv2D"].persistent_bytes
     )
+
+
+def test_measured_ops_keep_the_aliased_outputs_step_one_found():
+    from tfplace.estimator.refine import measured_costs
+
+    predicted = {"x": OpCost(1e-3, (100,), 0, 0), "ident": OpCost(1e-6, (100,), 0, 0, ((0, "x", 0),))}
+    costs, _ = measured_costs([traced_step([("ident", 2000, (800,), 0)])], predicted)
+    assert costs["ident"].output_sizes == (800,)
+    assert costs["ident"].aliased_outputs == ((0, "x", 0),)

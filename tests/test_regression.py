@@ -168,3 +168,22 @@ def test_predictions_fill_a_cost_graph_at_the_target_batch():
     predicted = OpCostRegression().fit(profile(costs_at)).predict(16)
     filled = fill_cost_graph(structure(), predicted)
     assert filled.edges["a", "c"]["bytes"] == 30 * 16
+
+
+def test_an_output_stays_aliased_only_if_it_was_an_inputs_buffer_at_every_profiled_batch():
+    def costs_at(b):
+        always, at_two = (0, "x", 0), (1, "x", 1)
+        aliases = (always, at_two) if b == 2 else (always,)
+        return {"x": OpCost(1e-6, (4 * b, 4 * b), 0, 0), "op": OpCost(1e-6, (4 * b, 4 * b), 0, 0, aliases)}
+
+    predicted = OpCostRegression().fit(profile(costs_at)).predict(8)
+    assert predicted["op"].aliased_outputs == ((0, "x", 0),)
+    assert predicted["x"].aliased_outputs == ()
+
+
+def test_fill_cost_graph_keeps_the_aliases_of_tensors_an_edge_brings_to_the_op():
+    aliased = {**COSTS, "c": OpCost(5e-4, (400, 5), 8, 0, ((0, "a", 1), (1, "b", 0)))}
+    filled = fill_cost_graph(structure(), aliased)
+    assert filled.nodes["c"]["aliased_outputs"] == ((0, "a", 1),)  # b -> c is a control edge
+    assert filled.nodes["a"]["aliased_outputs"] == ()
+    filled.validate()

@@ -65,7 +65,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -358,10 +358,10 @@ def output_bytes(graph: nx.DiGraph, op: str) -> int:
     return sum(graph.nodes[op]["output_sizes"])
 
 
-def allocated_output_bytes(attrs: Mapping[str, Any]) -> int:
+def allocated_output_bytes(output_sizes: Sequence[int], aliased_outputs: Iterable[AliasedOutput] = ()) -> int:
     """Bytes of the outputs an op allocates: every output slot but its ``aliased_outputs``."""
-    aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
-    return sum(size for slot, size in enumerate(attrs["output_sizes"]) if slot not in aliased)
+    aliased = {slot for slot, _, _ in aliased_outputs}
+    return sum(size for slot, size in enumerate(output_sizes) if slot not in aliased)
 
 
 def op_memory(attrs: Mapping[str, Any]) -> int:
@@ -371,7 +371,8 @@ def op_memory(attrs: Mapping[str, Any]) -> int:
     backward pass; an output that is an input's buffer adds nothing) and the op's temporary
     memory: ``Memory[v_i]`` of Eq. 6 and Algorithm 2.
     """
-    return int(attrs["persistent_bytes"] + allocated_output_bytes(attrs) + attrs["temporary_bytes"])
+    outputs = allocated_output_bytes(attrs["output_sizes"], attrs.get("aliased_outputs", ()))
+    return int(attrs["persistent_bytes"] + outputs + attrs["temporary_bytes"])
 
 
 def ccr(graph: nx.DiGraph) -> float:

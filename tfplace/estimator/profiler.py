@@ -20,6 +20,10 @@ Measurement choices (each documented where it is made):
   (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
 - persistent memory is measured once (it does not depend on the batch): variables' buffers from
   their static sizes, other state from the kernels' reports at the first batch size;
+- an output slot that is an input's buffer (TensorFlow forwarded it: see
+  :mod:`tfplace.estimator.step_stats`) is recorded in :attr:`OpCost.aliased_outputs` at a batch
+  size only when every traced step there says so: whether a kernel writes in place depends on
+  the order ops ran in, and counting a forwarded output as new memory only overestimates;
 - ops of the step that no trace reports get shape-based estimates
   (:mod:`tfplace.estimator.shapes`) and are listed in :attr:`ProfileSet.estimated_ops`.
 
@@ -29,12 +33,14 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfplace.costgraph import AliasedOutput
 from tfplace.estimator.cache import ProfileCache, profile_key
 from tfplace.estimator.shapes import (
     UNKNOWN_OP_TIME,
@@ -54,6 +60,7 @@ __all__ = [
     "median_cost",
     "profile_graph",
     "profiling_config",
+    "shared_aliases",
     "step_graph_def",
     "validate_feeds",
 ]
@@ -62,25 +69,46 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 1
+_PROFILE_FORMAT = 2
+"""Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
+aliased outputs, and a view's output size is its own (profiles of format 1 lack both)."""
 
 
 @dataclass(frozen=True)
 class OpCost:
-    """The costs of one op at one batch size, in the units of the cost graph (seconds, bytes)."""
+    """The costs of one op at one batch size, in the units of the cost graph (seconds, bytes).
+
+    ``aliased_outputs`` lists ``(slot, producer, producer_slot)`` for the output slots that are
+    the buffer of the op's input ``producer:producer_slot`` (the cost graph's attribute of that
+    name): the op allocates nothing for them.
+    """
 
     compute_time: float
     output_sizes: tuple[int, ...]
     temporary_bytes: int
     persistent_bytes: int
+    aliased_outputs: tuple[AliasedOutput, ...] = ()
 
     def to_list(self) -> list[Any]:
-        return [self.compute_time, list(self.output_sizes), self.temporary_bytes, self.persistent_bytes]
+        aliases = [list(alias) for alias in self.aliased_outputs]
+        return [
+            self.compute_time,
+            list(self.output_sizes),
+            self.temporary_bytes,
+            self.persistent_bytes,
+            aliases,
+        ]
 
     @classmethod
     def from_list(cls, values: Sequence[Any]) -> OpCost:
-        time_, sizes, temporary, persistent = values
-        return cls(float(time_), tuple(int(s) for s in sizes), int(temporary), int(persistent))
+        time_, sizes, temporary, persistent, aliases = values
+        return cls(
+            float(time_),
+            tuple(int(s) for s in sizes),
+            int(temporary),
+            int(persistent),
+            tuple((int(slot), str(producer), int(source)) for slot, producer, source in aliases),
+        )
 
 
 @dataclass
@@ -358,6 +386,13 @@ def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[An
     return [variable.initializer for variable in variables]
 
 
+def shared_aliases(records: Sequence[OpTrace] | Sequence[OpCost]) -> tuple[AliasedOutput, ...]:
+    """The aliased outputs every one of ``records`` reports: an op's traces, or its costs at
+    several batch sizes."""
+    first, *rest = (record.aliased_outputs for record in records)
+    return tuple(sorted(set(first).intersection(*rest)))
+
+
 def median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]:
     """Median over traced steps of one op's time, per-slot output bytes and temporary bytes."""
     width = max(len(trace.output_sizes) for trace in traces)
@@ -384,7 +419,7 @@ def _measure(
     config: Any,
     warmup_steps: int,
     traced_steps: int,
-    op_names: set[str],
+    op_inputs: Mapping[str, Sequence[tuple[str, int]]],
 ) -> dict[int, _BatchMeasurement]:
     """Per batch size a new session, initialized and warmed up; then traced steps taken in turns.
 
@@ -414,7 +449,7 @@ def _measure(
                     start = time.perf_counter()
                     session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
                     wall[b].append(time.perf_counter() - start)
-                    for op, trace in collect_op_traces(metadata, op_names).items():
+                    for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
                         traces[b].setdefault(op, []).append(trace)
                     progress.advance(f"batch {b}, step {step + 1}/{traced_steps}")
     return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
@@ -504,6 +539,7 @@ def profile_graph(
         "config": session_config.SerializeToString(deterministic=True).hex(),
         "init": sorted(op.name for op in initializer),
         "tensorflow": tf.__version__,
+        "profile_format": _PROFILE_FORMAT,
     }
     key = profile_key(step_graph_def(graph, needed), settings)
     cache = ProfileCache(cache_dir) if cache_dir is not None else None
@@ -514,9 +550,9 @@ def profile_graph(
             cached.from_cache = True
             return cached
 
-    names = {op.name for op in needed}
+    inputs = {op.name: [(tensor.op.name, tensor.value_index) for tensor in op.inputs] for op in needed}
     measured = _measure(
-        graph, fetch_elements, feeds, initializer, session_config, warmup_steps, traced_steps, names
+        graph, fetch_elements, feeds, initializer, session_config, warmup_steps, traced_steps, inputs
     )
     profile = _assemble(graph, needed, measured, {b: feeds[b] for b in sizes})
     profile.fetches = fetch_names
@@ -552,7 +588,7 @@ def _assemble(
         per_op: dict[str, OpCost] = {}
         for op, traces in measured[b].traces.items():
             compute, outputs, temporary = median_cost(traces)
-            per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0))
+            per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), shared_aliases(traces))
         if missing or partial:
             _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
         costs[b] = per_op
@@ -597,4 +633,4 @@ def _estimate_from_shapes(
         cost = per_op[name]
         static = estimate_op(shaped.get_operation_by_name(name), batch_size).output_sizes
         outputs = cost.output_sizes + static[len(cost.output_sizes) :]
-        per_op[name] = OpCost(cost.compute_time, outputs, cost.temporary_bytes, cost.persistent_bytes)
+        per_op[name] = dataclasses.replace(cost, output_sizes=outputs)

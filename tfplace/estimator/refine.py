@@ -12,8 +12,10 @@ thread, one inter-op thread per device and no graph rewrites, so each record tim
 op, one at a time per device; per op,
 the median over the traced steps (:func:`~tfplace.estimator.profiler.median_cost`). Persistent
 memory does not depend on the batch and is kept from step 1 (variables' buffers are not reported
-by step stats). Ops the traces do not report keep their predictions, and so do the output slots
-they leave out (a lowered ``While``).
+by step stats), and so are the aliased outputs: step 1 saw every input of an op on one device,
+where a placement over several devices hides the inputs that arrive from another one. Ops the
+traces do not report keep their predictions, and so do the output slots they leave out (a lowered
+``While``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def measured_costs(
     -------
     costs : dict of str to OpCost
         Compute time, output bytes and temporary bytes: the median over the steps that traced the
-        op; output slots no trace reported and persistent bytes: the prediction's.
+        op; output slots no trace reported, persistent bytes and aliased outputs: the prediction's.
     measured : frozenset of str
         The ops that had traces.
     """
@@ -88,6 +90,7 @@ def measured_costs(
             output_sizes=outputs + guess.output_sizes[len(outputs) :],
             temporary_bytes=temporary,
             persistent_bytes=guess.persistent_bytes,
+            aliased_outputs=guess.aliased_outputs,
         )
     return costs, frozenset(traces)
 
@@ -164,6 +167,7 @@ def refine_costs(
             output_sizes=attrs["output_sizes"],
             temporary_bytes=attrs["temporary_bytes"],
             persistent_bytes=attrs["persistent_bytes"],
+            aliased_outputs=attrs.get("aliased_outputs", ()),
         )
         for op, attrs in estimated.nodes(data=True)
     }

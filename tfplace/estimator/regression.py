@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tfplace.costgraph import CostGraph, CostGraphError
-from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet
+from tfplace.costgraph import AliasedOutput, CostGraph, CostGraphError
+from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, shared_aliases
 from tfplace.transfer import TransferModel
 
 __all__ = ["OpCostRegression", "fill_cost_graph"]
@@ -34,7 +34,9 @@ class OpCostRegression:
     Memory (each output slot's bytes, temporary bytes) is fitted by least squares as
     ``bytes = slope * batch + intercept``: tensors scale with the batch, so the line is exact for
     memory that is linear in the batch size, and predictions are rounded and never negative.
-    Persistent memory does not depend on the batch and is copied.
+    Persistent memory does not depend on the batch and is copied. An output slot is aliased (an
+    input's buffer, :attr:`~tfplace.estimator.profiler.OpCost.aliased_outputs`) in the prediction
+    when it was at every profiled batch size: a slot seen allocated once counts as allocated.
 
     Compute time follows the batch size less faithfully (section 4.2.1), and the times of small ops
     are dominated by the executor's overhead and by noise. Each op's time gets one of two models,
@@ -78,6 +80,8 @@ class OpCostRegression:
         ``[slope, intercept]`` of each op's temporary bytes.
     persistent_bytes_ : ndarray of shape (n_ops,)
         Each op's persistent bytes.
+    aliased_outputs_ : dict of str to tuple of (int, str, int)
+        Each op's output slots that were an input's buffer at every profiled batch size.
 
     Examples
     --------
@@ -116,6 +120,7 @@ class OpCostRegression:
         self.temporary_coef_ = np.column_stack(_lines(x, temporary))
         self.output_coef_ = {op: self._fit_outputs(x, row) for op, row in zip(ops, per_batch)}
         self.persistent_bytes_ = np.array([row[-1].persistent_bytes for row in per_batch], dtype=np.int64)
+        self.aliased_outputs_ = {op: shared_aliases(row) for op, row in zip(ops, per_batch)}
         self.ops_ = ops
         self.batch_sizes_ = x
         return self
@@ -160,6 +165,7 @@ class OpCostRegression:
                 output_sizes=tuple(int(s) for s in _bytes(self.output_coef_[op], b)),
                 temporary_bytes=int(temporary[i]),
                 persistent_bytes=int(self.persistent_bytes_[i]),
+                aliased_outputs=self.aliased_outputs_[op],
             )
             for i, op in enumerate(self.ops_)
         }
@@ -177,6 +183,9 @@ def fill_cost_graph(
     Each edge's ``bytes`` becomes the sum of the producer's ``output_sizes`` over the edge's
     ``slots`` (control edges carry 0), and its ``transfer_time`` follows ``t = k * bytes + b``
     (section 4.1) under ``transfer_model``, or under the graph's own model when it is ``None``.
+    An op's ``aliased_outputs`` are the cost's, except those naming a tensor that no edge of
+    ``graph`` brings to the op (a legacy ``while`` loop's back edge, which the graph drops): such
+    an output counts as allocated.
 
     Parameters
     ----------
@@ -202,6 +211,7 @@ def fill_cost_graph(
             persistent_bytes=int(cost.persistent_bytes),
             output_sizes=tuple(int(s) for s in cost.output_sizes),
             temporary_bytes=int(cost.temporary_bytes),
+            aliased_outputs=_carried_aliases(filled, op, cost.aliased_outputs),
         )
     for src, dst, attrs in filled.edges(data=True):
         sizes = filled.nodes[src]["output_sizes"]
@@ -213,3 +223,15 @@ def fill_cost_graph(
         attrs["bytes"] = 0 if attrs["control"] else sum(sizes[slot] for slot in attrs["slots"])
     filled.set_transfer_model(transfer_model or graph.transfer_model)
     return filled
+
+
+def _carried_aliases(
+    graph: CostGraph, op: str, aliases: tuple[AliasedOutput, ...]
+) -> tuple[AliasedOutput, ...]:
+    """The aliases of ``op`` whose input tensor an edge of ``graph`` brings to it."""
+    kept = []
+    for slot, producer, source in aliases:
+        edge = graph.get_edge_data(producer, op)
+        if edge is not None and source in edge["slots"]:
+            kept.append((slot, producer, source))
+    return tuple(kept)
