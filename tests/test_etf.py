@@ -102,6 +102,16 @@ def test_memory_limits_split_a_chain_that_time_alone_would_keep_on_one_device():
     assert schedule.peak_memory[:2].tolist() == [122, 121]  # o0 + o1 + their outputs; o2 + o3 + o2's output
 
 
+def test_an_aliased_output_holds_its_inputs_bytes_until_its_own_consumers_ran():
+    # a (40 bytes) -> ident (a's buffer) -> b (30 bytes) -> c: a's buffer lives while b runs
+    graph = chain_graph([1, 1, 1, 1], [40, 40, 30])
+    graph.nodes["o1"]["aliased_outputs"] = ((0, "o0", 0),)
+    _, schedule, _ = place(graph, gpus(1))
+    assert schedule.peak_memory[0] == 40 + 30
+    graph.nodes["o1"]["aliased_outputs"] = ()
+    assert place(graph, gpus(1))[1].peak_memory[0] == 40 + 40  # while ident runs, its output counted again
+
+
 def test_outputs_are_freed_once_their_consumers_ran_so_a_long_chain_fits_in_little_memory():
     graph = chain_graph([1] * 50, [40] * 49)
     placed, schedule, _ = place(graph, gpus(2, memory=100))

@@ -18,7 +18,9 @@ Both share :func:`etf_schedule`, an event-driven simulation of the devices (BASE
   placed on it (the whole group's, from the moment its first op is placed there); an op's outputs
   from its start until all its consumers are scheduled and those on the device have finished (and
   its transfers out have ended); a received tensor until its last consumer on that device has
-  finished; an op's temporary memory while it runs. A device is a candidate for an op only if, at
+  finished; an op's temporary memory while it runs. An output that is an input's buffer
+  (``aliased_outputs``) allocates nothing: the first op scheduled that aliases an input on its
+  device takes that input's bytes over, and they are freed with its own outputs instead. A device is a candidate for an op only if, at
   the op's start, its memory in use plus the op's outputs, temporary memory, inputs it still has to
   receive and (for an op whose group is new) the group's persistent memory fit in its capacity.
   When no device has room, best effort: the candidate device with the lowest fraction of its
@@ -238,6 +240,7 @@ class _ListScheduler:
         # tensors
         self.copy_arrival: dict[tuple[int, int, int], float] = {}  # (producer, tensor, device)
         self.holders: list[dict[int, list[float]] | None] = [None] * n  # device -> [bytes, last use]
+        self.taken_over: set[tuple[int, int, int]] = set()  # (producer, slot, device) an alias holds
         self.unscheduled_consumers = [len(s) for s in graph.succ]
         self.transfers: list[Transfer] = []
         self.order: list[int] = []
@@ -404,6 +407,22 @@ class _ListScheduler:
                 heappush(self.releases[d], (last_use, int(nbytes)))
         self.holders[u] = None
 
+    def _take_over_aliased_inputs(self, v: int, d: int) -> int:
+        """Move the bytes of the inputs ``v``'s aliased outputs are, on device ``d``, from their
+        holders to ``v``; return how many. An input already taken over by another alias stays."""
+        taken = 0
+        for _, u, slot in self.graph.aliases[v]:
+            holders = self.holders[u]
+            sizes = self.graph.output_sizes[u]
+            entry = holders.get(d) if holders is not None else None
+            size = sizes[slot] if slot < len(sizes) else 0
+            if entry is None or entry[0] < size or (u, slot, d) in self.taken_over:
+                continue
+            self.taken_over.add((u, slot, d))
+            entry[0] -= size
+            taken += size
+        return taken
+
     # -- placing -----------------------------------------------------------------------------
 
     def _offer_group_members_again(self, group: int, d: int) -> None:
@@ -457,6 +476,7 @@ class _ListScheduler:
             holders[source][1] = max(holders[source][1], end)
         self.used[d] += self.outputs[v] + received
         self.peak[d] = max(self.peak[d], self.used[d] + self.temporary[v])
+        inherited = self._take_over_aliased_inputs(v, d)
         for u in graph.pred[v]:
             holders = self.holders[u]
             assert holders is not None
@@ -465,7 +485,7 @@ class _ListScheduler:
             self.unscheduled_consumers[u] -= 1
             if not self.unscheduled_consumers[u]:
                 self._free_tensors(u)
-        self.holders[v] = {d: [self.outputs[v], finish]}
+        self.holders[v] = {d: [self.outputs[v] + inherited, finish]}
         if not graph.succ[v]:
             self._free_tensors(v)
         self.device[v], self.start[v], self.finish[v] = d, start, finish
