@@ -217,8 +217,14 @@ def test_a_real_trace_of_a_while_loop_and_cond_maps_every_record_but_internals()
 
 # Forwarded buffers: outputs that are an input's buffer.
 
-FORWARDING_OPS = {"x", "y", "mm", "ident", "other", "loop/ident"}
-FORWARDING_INPUTS = {"mm": [("x", 0)], "ident": [("mm", 0)], "other": [("y", 0)], "loop/ident": [("mm", 0)]}
+FORWARDING_OPS = {"x", "y", "mm", "ident", "other", "loop/ident", "v", "read"}
+FORWARDING_INPUTS = {
+    "mm": [("x", 0)],
+    "ident": [("mm", 0)],
+    "other": [("y", 0)],
+    "loop/ident": [("mm", 0)],
+    "read": [("v", 0)],
+}
 
 
 @pytest.mark.tensorflow
@@ -251,6 +257,18 @@ def test_an_op_run_several_times_aliases_an_output_only_if_every_run_did(run_met
     _node(cpu, "loop/ident", "Identity", nanos=10, outputs=[(0, 400, 400)], addresses=[0xC000])
     traces = collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)
     assert traces["loop/ident"].aliased_outputs == ()
+
+
+@pytest.mark.tensorflow
+def test_a_variable_read_that_allocates_nothing_is_the_buffer_of_the_handle_it_reads(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    _node(cpu, "v", "VarHandleOp", nanos=10, outputs=[(0, 200, 0)], addresses=[0xA000])
+    _node(cpu, "read", "ReadVariableOp", nanos=10, outputs=[(0, 4000, 4096)], addresses=[0xB000])
+    assert collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)["read"].aliased_outputs == (
+        (0, "v", 0),
+    )
+    cpu.node_stats[-1].memory.add(allocator_name="cpu", total_bytes=4096)  # a copy on read
+    assert collect_op_traces(run_metadata, FORWARDING_OPS, FORWARDING_INPUTS)["read"].aliased_outputs == ()
 
 
 @pytest.mark.tensorflow
@@ -327,4 +345,4 @@ def test_outputs_not_aliased_are_exactly_the_bytes_each_node_allocated_in_a_trai
         checked += 1
     kinds = {graph.get_operation_by_name(op).type for op, trace in traces.items() if trace.aliased_outputs}
     assert checked > 200
-    assert {"Identity", "Reshape", "Relu", "ReluGrad"} <= kinds  # shared and in place
+    assert {"Identity", "Reshape", "Relu", "ReluGrad", "ReadVariableOp"} <= kinds  # shared, in place

@@ -35,9 +35,11 @@ allocator saw it allocate (``memory[*].total_bytes`` minus ``memory_stats.temp_m
 equal exactly the bytes of its outputs this rule does not call an input's; 1,022 outputs were an
 input's buffer, 110 MB. On a GPU the host-side record carries outputs and memory (see
 :func:`_host_records`) and the rule reads it the same way; that has not been checked on a GPU
-here. Two cases stay counted as new allocations, an upper bound: an input produced by a lowered
-``While``/``If`` (its runtime exit nodes do not name the output slot they stand for), and a
-``ReadVariableOp``, whose output is the variable's buffer rather than an input tensor's.
+here. A ``ReadVariableOp`` returns its variable's buffer, which no input tensor has: when its
+record shows no allocation (``memory`` empty; a copy-on-read would allocate), its output is taken
+as the buffer of the handle it reads, whose op holds the variable as persistent memory. An input
+produced by a lowered ``While``/``If`` is not matched (its runtime exit nodes do not name the
+output slot they stand for): such outputs stay counted as new allocations, an upper bound.
 
 Times are seconds and sizes bytes.
 """
@@ -59,6 +61,7 @@ _FED = re.compile(r"^_arg_(.+)_(\d+)_\d+$")
 _PARTITIONER_SUFFIX = re.compile(r"^_\d+$")
 _FUNCTION_PREFIX = "Func/"
 _TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_VARIABLE_READS = frozenset({"ReadVariableOp"})
 _GPU_STREAM = re.compile(r"^(.*)/(stream:[^/]+|memcpy)$")
 _DTYPE_BYTES = {
     **{code: 1 for code in (4, 6, 10, 11, 12, 24, 25, 26, 27, 28)},
@@ -245,6 +248,9 @@ class _Addresses:
         for tensor in self.inputs.get(op, ()):
             owner.setdefault(self.address.get(tensor, 0), tensor)
         owner.pop(0, None)  # no address: a fed array, an empty tensor
+        inputs = self.inputs.get(op, ())
+        if inputs and _op_type(node) in _VARIABLE_READS and not any(m.total_bytes for m in node.memory):
+            return [(first_slot + output.slot, *inputs[0]) for output in node.output]
         return [
             (first_slot + output.slot, *owner[address])
             for output in node.output
