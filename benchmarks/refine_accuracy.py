@@ -5,11 +5,11 @@ target batch by regression; step 2 (:mod:`tfplace.estimator.refine`) runs the ta
 several devices placed by DFS-TOPO and replaces the predictions with what it traced. Both are
 compared, per op, with a direct measurement at the target batch on one device
 (:func:`tfplace.estimator.profiler.profile_graph`): the mean relative deviation
-``|estimated - measured| / measured`` of compute time and of memory (outputs plus temporary
-bytes), as :mod:`tfplace.estimator.accuracy` reports Table 5. A second direct measurement gives
-the noise floor: two measurements of the same ops differ by that much. The devices of step 2 get
-``--memory_fraction`` of the step's predicted memory each, so that the target batch does not fit
-one of them and DFS-TOPO splits it. Run from the repository root:
+``|estimated - measured| / measured`` of compute time and of memory (the outputs an op allocates
+plus temporary bytes), as :mod:`tfplace.estimator.accuracy` reports Table 5. A second direct
+measurement gives the noise floor: two measurements of the same ops differ by that much. The
+devices of step 2 get ``--memory_fraction`` of the step's predicted memory each, so that the
+target batch does not fit one of them and DFS-TOPO splits it. Run from the repository root:
 
     PYTHONPATH=. .venv/bin/python benchmarks/refine_accuracy.py
     PYTHONPATH=. .venv/bin/python benchmarks/refine_accuracy.py --model=inception_v3 --target_batch=8
@@ -45,7 +45,13 @@ def costs_of(cost_graph) -> dict[str, Any]:
     from tfplace.estimator.profiler import OpCost
 
     return {
-        op: OpCost(a["compute_time"], a["output_sizes"], a["temporary_bytes"], a["persistent_bytes"])
+        op: OpCost(
+            a["compute_time"],
+            a["output_sizes"],
+            a["temporary_bytes"],
+            a["persistent_bytes"],
+            a.get("aliased_outputs", ()),
+        )
         for op, a in cost_graph.nodes(data=True)
     }
 
