@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tfplace.estimator.step_stats import collect_op_traces, op_name_for_node
+from tfplace.estimator.step_stats import allocation_peaks, collect_op_traces, op_name_for_node
 
 # Op names of a graph with a while loop, its gradient loop, a cond, a dynamic_rnn and feeds.
 GRAPH_OPS = {
@@ -346,3 +346,18 @@ def test_outputs_not_aliased_are_exactly_the_bytes_each_node_allocated_in_a_trai
     kinds = {graph.get_operation_by_name(op).type for op, trace in traces.items() if trace.aliased_outputs}
     assert checked > 200
     assert {"Identity", "Reshape", "Relu", "ReluGrad", "ReadVariableOp"} <= kinds  # shared, in place
+
+
+@pytest.mark.tensorflow
+def test_allocation_peaks_sum_each_devices_allocation_records_in_time_order(run_metadata):
+    for device, records in (
+        ("/device:CPU:0", [(10, 100), (5, 40), (20, -100), (20, 60)]),
+        ("/device:CPU:1", [(1, 8)]),
+    ):
+        node = _node(run_metadata.step_stats.dev_stats.add(device=device), "a", "Op", nanos=10)
+        for micros, nbytes in records:
+            node.memory.add(allocator_name="cpu").allocation_records.add(
+                alloc_micros=micros, alloc_bytes=nbytes
+            )
+    # CPU:0 holds 40, then 140; at 20 the free comes before the allocation: 40, then 100
+    assert allocation_peaks(run_metadata) == {"/device:CPU:0": 140, "/device:CPU:1": 8}

@@ -55,7 +55,7 @@ from typing import Any
 
 from tfplace.costgraph import AliasedOutput
 
-__all__ = ["OpTrace", "collect_op_traces", "node_compute_time", "op_name_for_node"]
+__all__ = ["OpTrace", "allocation_peaks", "collect_op_traces", "node_compute_time", "op_name_for_node"]
 
 _FED = re.compile(r"^_arg_(.+)_(\d+)_\d+$")
 _PARTITIONER_SUFFIX = re.compile(r"^_\d+$")
@@ -369,3 +369,34 @@ def _finish(total: _Totals) -> OpTrace:
         executions=total.executions,
         aliased_outputs=tuple(sorted(a for a, n in total.aliases.items() if n == total.own_records)),
     )
+
+
+def allocation_peaks(run_metadata: Any) -> dict[str, int]:
+    """Per device, the most bytes the step's kernels held at once, from their allocation records.
+
+    A FULL_TRACE step records every allocation a kernel makes under its node
+    (``memory[*].allocation_records``: ``alloc_bytes`` > 0 when it allocated, < 0 when the buffer
+    was freed, also after the node ended, with ``alloc_micros``). Summed in time order per device
+    (at equal microseconds frees first), they give the bytes in use. A buffer counts on the device
+    of the node that allocated it until it is freed, wherever it was read; state allocated before
+    the step (variables) and fed arrays are not in it.
+
+    Returns
+    -------
+    dict of str to int
+        Devices whose kernels allocated anything.
+    """
+    changes: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for device, node, _ in _host_records(run_metadata):
+        for memory in node.memory:
+            changes[device].extend(
+                (int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records
+            )
+    peaks = {}
+    for device, events in changes.items():
+        in_use = peak = 0
+        for _, nbytes in sorted(events):
+            in_use += nbytes
+            peak = max(peak, in_use)
+        peaks[device] = peak
+    return peaks
