@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import SMALL_MODELS, variable_values
+from tfplace.costgraph import op_memory
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 
@@ -22,10 +23,8 @@ MODELS = {name: SMALL_MODELS[name] for name in ("inception_v3", "tensor_holograp
 
 
 def static_bytes(cost_graph: Any) -> int:
-    return sum(
-        attrs["persistent_bytes"] + sum(attrs["output_sizes"]) + attrs["temporary_bytes"]
-        for _, attrs in cost_graph.nodes(data=True)
-    )
+    """The placers' static memory estimate of the step."""
+    return sum(op_memory(attrs) for _, attrs in cost_graph.nodes(data=True))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
