@@ -92,9 +92,10 @@ def test_runtime_internals_and_partitioner_transfers_map_to_none(runtime_name):
     assert op_name_for_node(runtime_name, GRAPH_OPS) is None
 
 
-def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0, addresses=()):
-    """Add a NodeExecStats record; ``outputs`` are (slot, requested, allocated) triples, and
-    ``addresses`` the buffer addresses of the first outputs."""
+def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0, addresses=(), tracked=0):
+    """Add a NodeExecStats record; ``outputs`` are (slot, requested, allocated) triples,
+    ``addresses`` the buffer addresses of the first outputs and ``tracked`` the bytes the
+    allocator saw the node allocate."""
     node = stats.node_stats.add(node_name=name, timeline_label=f"{name} = {op_type}()")
     node.all_end_rel_nanos = nanos
     node.op_start_rel_nanos = 1
@@ -107,6 +108,8 @@ def _node(stats, name, op_type, *, nanos, outputs=(), temp=0, persistent=0, addr
         output.tensor_description.allocation_description.ptr = address
     node.memory_stats.temp_memory_size = temp
     node.memory_stats.persistent_memory_size = persistent
+    if tracked:
+        node.memory.add(allocator_name="cpu", total_bytes=tracked)
     return node
 
 
@@ -121,9 +124,9 @@ def run_metadata():
 def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
     cpu = run_metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
     _node(cpu, "_SOURCE", "NoOp", nanos=500)
-    _node(cpu, "while/enter/_1", "Enter", nanos=1000, outputs=[(0, 16, 16)])
-    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=4000, outputs=[(0, 64, 64)], temp=32)
-    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=5000, outputs=[(0, 64, 64)], temp=32)
+    _node(cpu, "while/enter/_1", "Enter", nanos=1000, outputs=[(0, 16, 16)])  # forwards its input
+    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=4000, outputs=[(0, 64, 64)], temp=32, tracked=96)
+    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=5000, outputs=[(0, 64, 64)], temp=32, tracked=96)
     _node(cpu, "Relu", "Relu", nanos=3000, outputs=[(0, 100, 128), (1, 8, 8)], temp=10)
     traces = collect_op_traces(run_metadata, GRAPH_OPS)
     assert set(traces) == {"while", "Relu"}
@@ -131,7 +134,7 @@ def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
     assert loop.compute_time == pytest.approx(10e-6)
     assert loop.executions == 3
     assert loop.output_sizes == ()
-    assert loop.temporary_bytes == 16 + 64 + 64 + 32 + 32
+    assert loop.temporary_bytes == 2 * (64 + 32)  # what the allocator saw, not the forwarded input
     relu = traces["Relu"]
     assert relu.output_sizes == (128, 8)
     assert relu.temporary_bytes == 10

@@ -139,9 +139,10 @@ class OpTrace:
         summed over executions; ``()`` when only generated nodes ran (a lowered ``While``), whose
         output slots the trace cannot tell apart.
     temporary_bytes : int
-        Scratch memory the kernels reported (``memory_stats.temp_memory_size``), plus every tensor
-        that nodes generated from the op allocated (a lowered loop's body): an upper bound of the
-        memory the op uses while it runs.
+        Scratch memory the op's own node reported (``memory_stats.temp_memory_size``), plus
+        everything the nodes generated from the op allocated (a lowered loop's body, every
+        iteration: their ``memory[*].total_bytes``, new outputs and scratch memory, not the
+        buffers they forwarded): an upper bound of the memory the op uses while it runs.
     persistent_bytes : int
         ``memory_stats.persistent_memory_size`` minus outputs that are that persistent memory (a
         ``Const`` reports its value both ways); variables' buffers are not reported here, see
@@ -322,9 +323,9 @@ def collect_op_traces(
         total.compute_time += time
         total.executions += 1
         total.records_by_device[device] += 1
-        total.temporary_bytes += int(node.memory_stats.temp_memory_size)
         fed = _FED.match(node.node_name)
         if node.node_name == op or fed is not None:
+            total.temporary_bytes += int(node.memory_stats.temp_memory_size)
             total.own_device = device
             first_slot = int(fed.group(2)) if fed is not None else 0  # "_arg_x_1_0" stands for x:1
             _add_own_record(total, node, first_slot)
@@ -332,7 +333,7 @@ def collect_op_traces(
                 total.aliases.update(addresses.aliases(op, node, first_slot))
                 addresses.record(op, node, first_slot)
         else:
-            total.temporary_bytes += sum(_tensor_bytes(o) for o in node.output if not _is_preallocated(o))
+            total.temporary_bytes += sum(int(memory.total_bytes) for memory in node.memory)
             total.persistent_bytes += int(node.memory_stats.persistent_memory_size)
     return {op: _finish(total) for op, total in totals.items()}
 
