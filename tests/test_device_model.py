@@ -85,3 +85,23 @@ def test_presets_cover_the_papers_and_newer_gpus():
     assert device_model("V100-32GB").memory == 32 * 2**30
     with pytest.raises(ValueError, match="A100-40GB"):
         device_model("K80")
+
+
+def test_a_view_of_a_forwarded_buffer_costs_the_launch_overhead_but_an_in_place_op_its_bytes():
+    from tfplace.costgraph import CostGraph
+
+    graph = CostGraph()
+    graph.add_op("conv", compute_time=0.5, output_sizes=(8_000_000,), op_type="Conv2D", flops=1e11)
+    graph.add_op("view", compute_time=1e-3, output_sizes=(8_000_000,), op_type="Identity",
+                 aliased_outputs=[(0, "conv", 0)])  # fmt: skip
+    graph.add_op("relu", compute_time=4e-3, output_sizes=(8_000_000,), op_type="Relu",
+                 aliased_outputs=[(0, "view", 0)])  # fmt: skip
+    graph.add_op("copy", compute_time=1e-3, output_sizes=(8_000_000,), op_type="Identity")
+    for src, dst in [("conv", "view"), ("view", "relu"), ("relu", "copy")]:
+        graph.add_dependency(src, dst, slots=(0,))
+
+    converted = convert_graph(graph, GPU)
+
+    assert converted.nodes["view"]["compute_time"] == pytest.approx(GPU.launch_overhead)
+    assert converted.nodes["relu"]["compute_time"] == pytest.approx(GPU.op_time(0, 16_000_000))
+    assert converted.nodes["copy"]["compute_time"] == pytest.approx(GPU.op_time(0, 16_000_000))

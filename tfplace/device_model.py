@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from tfplace.costgraph import CostGraph
 
-__all__ = ["DEVICE_MODELS", "OPAQUE_OPS", "DeviceModel", "convert_graph", "op_bytes_accessed"]
+__all__ = ["DEVICE_MODELS", "OPAQUE_OPS", "VIEW_OPS", "DeviceModel", "convert_graph", "op_bytes_accessed"]
 
 OPAQUE_OPS = frozenset(
     {
@@ -48,6 +49,14 @@ OPAQUE_OPS = frozenset(
 A profile attributes the body's kernels to such an op (a lowered ``While`` runs them once per
 iteration); only the measured time knows how much work that is.
 """
+
+VIEW_OPS = frozenset(
+    {"Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient", "EnsureShape", "Reshape",
+     "Squeeze", "ExpandDims", "ReadVariableOp"}
+)  # fmt: skip
+"""Op types that only describe a buffer anew when TensorFlow forwards their input: an op of these
+types whose every output is an input's buffer (``aliased_outputs``) moves no data and costs its
+launch overhead, not a roofline of its bytes."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,7 @@ def convert_graph(
     """A copy of ``graph`` with every op's ``compute_time`` estimated on ``target``.
 
     Ops doing known work (FLOPs or bytes, and not in :data:`OPAQUE_OPS`) get the roofline time;
+    views of a forwarded buffer (:data:`VIEW_OPS`) get the launch overhead;
     ops that do nothing measurable and were measured near zero keep the launch overhead; ops with
     measured time but unknown work are scaled by the known ops' summed roofline time over their
     summed measured time. That aggregate ratio is the speed-up of the graph's work; the median of
@@ -156,7 +166,9 @@ def convert_graph(
     flops = np.array([graph.nodes[n]["flops"] for n in names])
     nbytes = np.array([op_bytes_accessed(graph, n) for n in names], dtype=float)
     opaque = np.array([graph.nodes[n].get("op_type") in OPAQUE_OPS for n in names], dtype=bool)
-    known = ((flops > 0) | (nbytes > 0)) & ~opaque
+    view = np.array([_is_view(graph.nodes[n]) for n in names], dtype=bool)
+    nbytes[view] = 0.0
+    known = ((flops > 0) | (nbytes > 0) | view) & ~opaque
     roofline = np.array([target.op_time(f, b) for f, b in zip(flops, nbytes)])
     timed = known & (measured > 0)
     speedup = float(roofline[timed].sum() / measured[timed].sum()) if timed.any() else 1.0
@@ -170,3 +182,9 @@ def convert_graph(
         converted.nodes[name]["compute_time"] = float(seconds)
     converted.graph["device_model"] = target.name
     return converted
+
+
+def _is_view(attrs: Mapping[str, Any]) -> bool:
+    """Whether an op only re-describes its input's buffer (:data:`VIEW_OPS`, every output aliased)."""
+    aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
+    return attrs.get("op_type") in VIEW_OPS and len(aliased) == len(attrs["output_sizes"]) > 0
