@@ -43,7 +43,7 @@ from absl import app, flags, logging
 import models
 from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
 from tfplace.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
-from tfplace.costgraph import op_memory, save_json
+from tfplace.costgraph import graph_memory, save_json
 from tfplace.device_model import DEVICE_MODELS, convert_graph
 from tfplace.devices import Device, DeviceSet, parse_memory
 from tfplace.estimator.accuracy import AccuracyReport, estimation_accuracy
@@ -242,7 +242,7 @@ def real_runs(name: str, cluster: Any, calibrated: DeviceSet) -> list[RealRun]:
     estimate = _estimate(spec, batch_size, (1, 2, 4))
     graph = estimate.cost_graph
     graph.set_transfer_model(calibrated.inter_host)
-    memory = int(FLAGS.real_memory_fraction * sum(op_memory(a) for _, a in graph.nodes(data=True)))
+    memory = int(FLAGS.real_memory_fraction * graph_memory(graph))
     devices = dataclasses.replace(
         calibrated, devices=tuple(Device(d.name, max(memory, 1)) for d in calibrated)
     )

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from absl import app, flags
 
 from tfplace.comparison import PlacerRun, compare_placers, fastest_fitting
-from tfplace.costgraph import CostGraph, load_json, op_memory
+from tfplace.costgraph import CostGraph, graph_memory, load_json
 from tfplace.device_model import DEVICE_MODELS
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
@@ -59,7 +59,7 @@ def experiment_devices() -> DeviceSet:
 
 def headroom_devices(graph: CostGraph) -> DeviceSet:
     """``--num_devices`` devices holding ``--memory_headroom`` times the graph's static memory."""
-    total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    total = graph_memory(graph)
     memory = max(1, int(total * FLAGS.memory_headroom / FLAGS.num_devices))
     return DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", memory)
 

@@ -8,7 +8,7 @@ model before ``aliased_outputs``) and as shared buffers (now):
 
 1. a large model estimated at its paper batch and converted to a GPU (Inception V3 at 299x299,
    batch 512, on a V100 by default, as ``run_experiments.py`` does): the placers' static memory
-   estimate (every op's :func:`~tfplace.costgraph.op_memory` summed) and the simulated peak of the
+   estimate (:func:`~tfplace.costgraph.graph_memory`) and the simulated peak of the
    whole step on one device, with the bytes of aliased outputs by op type;
 2. a small model run for real on one and two virtual CPUs (Inception V3 at 75x75, batch 8): per
    device, the peak the simulator predicts for the step's own allocations (its peak minus the
@@ -165,7 +165,7 @@ def simulated_peaks(graph: Any, on_device: Any, devices: Any, ranks: list[int]) 
 def large_model() -> None:
     """Part 1: static estimate and simulated one-device peak of the large model."""
     import models
-    from tfplace.costgraph import op_memory
+    from tfplace.costgraph import graph_memory
     from tfplace.device_model import DEVICE_MODELS, convert_graph
     from tfplace.devices import DeviceSet
 
@@ -182,7 +182,7 @@ def large_model() -> None:
     print(f"\n{FLAGS.model} {knobs}, batch {FLAGS.batch}, {len(graph):,} ops, one {FLAGS.device} (GiB)")
     print(f"{'':<20}{'static estimate':>18}{'peak, own order':>18}{'peak, traced order':>20}")
     for name, variant in variants(graph).items():
-        static = sum(op_memory(attrs) for _, attrs in variant.nodes(data=True))
+        static = graph_memory(variant)
         own, traced = peaks[name, "own order"][0], peaks[name, "traced order"][0]
         print(f"{name:<20}{static / GIB:>18.2f}{own / GIB:>18.2f}{traced / GIB:>20.2f}")
     persistent = sum(attrs["persistent_bytes"] for _, attrs in graph.nodes(data=True))

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph, load_json, op_memory
+from tfplace.costgraph import CostGraph, graph_memory, load_json
 from tfplace.devices import DeviceSet
 from tfplace.placer import PLACERS, place_cost_graph
 from tfplace.synthetic import layered_training_graph
@@ -98,7 +98,7 @@ def graph_label(path: str) -> str:
 
 def score(label: str, graph: CostGraph, placer: str) -> Row:
     """Place ``graph`` with ``placer`` on devices too small for it and simulate one step."""
-    total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    total = graph_memory(graph)
     capacity = max(1, int(total * FLAGS.memory_headroom / FLAGS.num_devices))
     devices = DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", capacity)
     row = Row(graph=label, ops=graph.number_of_nodes(), placer=placer)

@@ -32,7 +32,7 @@ import sys
 
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph, load_json, op_memory
+from tfplace.costgraph import CostGraph, graph_memory, load_json
 from tfplace.devices import DeviceSet
 from tfplace.placer import PLACERS, place_cost_graph
 from tfplace.synthetic import layered_training_graph
@@ -54,7 +54,7 @@ def load_graph(graph: str) -> CostGraph:
 
 def device_set(graph: CostGraph, num_devices: int, headroom: float) -> DeviceSet:
     """``num_devices`` GPUs holding ``headroom`` times the graph's static memory between them."""
-    total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    total = graph_memory(graph)
     return DeviceSet.parse(f"/device:GPU:0-{num_devices - 1}", max(1, int(total * headroom / num_devices)))
 
 

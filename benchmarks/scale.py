@@ -30,7 +30,7 @@ from typing import Any
 
 from absl import app, flags
 
-from tfplace.costgraph import load_json, op_memory, save_json
+from tfplace.costgraph import graph_memory, load_json, save_json
 from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
 from tfplace.placer import placer_function
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> None:
         )
         del built
         graph = stage("load_json", lambda: load_json(path), file_mb=round(os.path.getsize(path) / 2**20, 1))
-    total = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    total = graph_memory(graph)
     memory = max(1, int(total * FLAGS.memory_headroom / FLAGS.num_devices))
     devices = DeviceSet.parse(f"/device:GPU:0-{FLAGS.num_devices - 1}", memory)
     indexed = stage("index", lambda: index_graph(graph, devices.typical_link))

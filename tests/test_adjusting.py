@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.costgraph import CostGraph, op_memory
+from tfplace.costgraph import CostGraph, graph_memory
 from tfplace.devices import DeviceSet
 from tfplace.indexed import index_graph
 from tfplace.placer.adjusting import adjusting_placement, order_place_clusters
@@ -153,7 +153,7 @@ def test_every_move_returns_the_clusters_results_to_the_previous_device_before_s
     # The step of the paper's proof: v moves from d_k to d_1 only if EST(d_1) + back_cost <
     # EST(d_k), so each successor can have v's outputs on d_k earlier than if v had stayed.
     graph = random_dag(size, seed=seed, average_degree=2.5, group_fraction=0.2, transfer_model=link)
-    memory = sum(op_memory(attrs) for _, attrs in graph.nodes(data=True))
+    memory = graph_memory(graph)
     names = "/job:w/task:0-1/device:GPU:0-1" if two_hosts else "/device:GPU:0-3"
     device_set = DeviceSet.parse(names, max(1, int(memory * headroom / 4)), intra_host=link)
     indexed = index_graph(graph, device_set.typical_link)

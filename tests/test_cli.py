@@ -11,7 +11,7 @@ from conftest import TEST_DATA
 
 import tfplace
 from tfplace import cli
-from tfplace.costgraph import load_json, op_memory
+from tfplace.costgraph import graph_memory, load_json
 from tfplace.placement import Placement
 
 CNN = str(TEST_DATA / "cnn.meta")
@@ -142,7 +142,7 @@ def cnn_costs(tmp_path_factory):
 def memory_share(cost_graph_path, share):
     """``--memory`` of ``share`` of the step's memory if nothing were freed."""
     graph = load_json(cost_graph_path)
-    return f"--memory={int(sum(op_memory(attrs) for _, attrs in graph.nodes(data=True)) * share)}B"
+    return f"--memory={int(graph_memory(graph) * share)}B"
 
 
 @pytest.mark.tensorflow

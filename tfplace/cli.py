@@ -678,12 +678,12 @@ def _report(table: str, written: Sequence[str]) -> None:
 
 def _cost_graph_table(cost_graph: CostGraph, source: str, top: int = 10) -> str:
     """The cost graph in a few lines: totals, then its most expensive ops."""
-    from tfplace.costgraph import op_memory
+    from tfplace.costgraph import graph_memory
     from tfplace.tables import format_table
 
     attrs = dict(cost_graph.nodes(data=True))
     compute = sum(a["compute_time"] for a in attrs.values())
-    memory = sum(op_memory(a) for a in attrs.values())
+    memory = graph_memory(cost_graph)
     meta = cost_graph.graph
     ranked = sorted(attrs, key=lambda op: -attrs[op]["compute_time"])[:top]
     rows = [("op", "type", "time", "share", "outputs", "persistent")]

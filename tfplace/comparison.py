@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from tfplace.costgraph import CostGraph, ccr, op_memory
+from tfplace.costgraph import CostGraph, ccr, graph_memory
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
 from tfplace.placer import place_cost_graph
@@ -127,7 +127,7 @@ def compare_placers(
         ops=len(graph),
         ccr_before=ccr(graph),
         compute_seconds=sum(t for _, t in graph.nodes(data="compute_time")),
-        memory_bytes=sum(op_memory(attrs) for _, attrs in graph.nodes(data=True)),
+        memory_bytes=graph_memory(graph),
     )
     for name in placers:
         placed = place_cost_graph(graph, devices, name, simulate=False)

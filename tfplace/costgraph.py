@@ -51,9 +51,12 @@ Graph attributes (``graph.graph``)
     producer of the graph wants to keep (``source``, ``fingerprint``, ...).
 
 Memory
-    :func:`op_memory` is the memory an op adds in the static model every placer shares: its
-    persistent bytes, the outputs it allocates (:func:`allocated_output_bytes`: every slot but
-    the aliased ones) and its temporary bytes.
+    The static model every placer shares: a device holds the resident bytes of its ops for the
+    whole step (:func:`resident_memory`: persistent bytes and the outputs an op allocates,
+    :func:`allocated_output_bytes`) plus the largest temporary bytes among them, since an op's
+    scratch space is freed when it ends. :func:`op_memory` is one op's ``Memory[v_i]`` (resident
+    plus temporary, what a cluster's cap counts); :func:`graph_memory` is what one device needs to
+    hold the whole step.
 
 The JSON form (:func:`save_json` / :func:`load_json`) is documented in ``docs/costgraph_schema.md``.
 """
@@ -85,9 +88,11 @@ __all__ = [
     "edge_time",
     "edge_transfers",
     "find_cycle_ops",
+    "graph_memory",
     "load_json",
     "op_memory",
     "output_bytes",
+    "resident_memory",
     "save_json",
 ]
 
@@ -364,15 +369,24 @@ def allocated_output_bytes(output_sizes: Sequence[int], aliased_outputs: Iterabl
     return sum(size for slot, size in enumerate(output_sizes) if slot not in aliased)
 
 
-def op_memory(attrs: Mapping[str, Any]) -> int:
-    """The memory an op adds to its device in the static model every placer shares.
-
-    Persistent state, every output it allocates (training keeps forward activations until the
-    backward pass; an output that is an input's buffer adds nothing) and the op's temporary
-    memory: ``Memory[v_i]`` of Eq. 6 and Algorithm 2.
-    """
+def resident_memory(attrs: Mapping[str, Any]) -> int:
+    """Bytes an op holds on its device for the whole step: persistent state and every output it
+    allocates (training keeps forward activations until the backward pass; an output that is an
+    input's buffer adds nothing)."""
     outputs = allocated_output_bytes(attrs["output_sizes"], attrs.get("aliased_outputs", ()))
-    return int(attrs["persistent_bytes"] + outputs + attrs["temporary_bytes"])
+    return int(attrs["persistent_bytes"] + outputs)
+
+
+def op_memory(attrs: Mapping[str, Any]) -> int:
+    """``Memory[v_i]`` of Eq. 6 and Algorithm 2: the op's resident bytes plus its temporary bytes."""
+    return resident_memory(attrs) + int(attrs["temporary_bytes"])
+
+
+def graph_memory(graph: nx.DiGraph) -> int:
+    """Bytes one device needs to hold the whole step in the static model: every op's resident
+    bytes plus the largest temporary bytes (the rule of :class:`tfplace.placer.ledger.MemoryLedger`)."""
+    ops = [attrs for _, attrs in graph.nodes(data=True)]
+    return sum(resident_memory(a) for a in ops) + max((int(a["temporary_bytes"]) for a in ops), default=0)
 
 
 def ccr(graph: nx.DiGraph) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from tfplace.api import estimate_costs, place_remaining_ops
-from tfplace.costgraph import op_memory
+from tfplace.costgraph import graph_memory
 from tfplace.devices import DeviceSet
 from tfplace.placer import place_cost_graph
 from tfplace.transfer import PRESETS
@@ -85,7 +85,7 @@ def main(argv: Sequence[str]) -> None:
         f"{len(profile.estimated_ops)} ops estimated from shapes"
     )
 
-    model_memory = sum(op_memory(attrs) for _, attrs in cost_graph.nodes(data=True))
+    model_memory = graph_memory(cost_graph)
     device_memory = int(model_memory * FLAGS.memory_share)
     devices = DeviceSet.parse(
         f"/device:CPU:0-{FLAGS.num_devices - 1}", device_memory, intra_host=PRESETS["pcie3_x16"]
