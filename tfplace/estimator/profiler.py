@@ -32,7 +32,6 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import statistics
 import time
@@ -423,33 +422,33 @@ def _measure(
     traced_steps: int,
     op_inputs: Mapping[str, Sequence[tuple[str, int]]],
 ) -> dict[int, _BatchMeasurement]:
-    """Per batch size a new session, initialized and warmed up; then traced steps taken in turns.
+    """One session, initialized once and warmed up at every batch size; then traced steps taken in
+    turns.
 
     The traced steps go round the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one
     batch size after another: when other processes slow the machine down for a while, every batch
     size gets some slow steps, instead of one batch size measuring slow throughout, which would
-    bend the regression on the batch size.
+    bend the regression on the batch size. The batch sizes share one session, so the variables
+    (and optimizer slots) are held once: a session per batch size would multiply the memory of a
+    large model's profile by the number of batch sizes.
     """
     import tensorflow as tf
 
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     traces: dict[int, dict[str, list[OpTrace]]] = {b: {} for b in feeds}
     wall: dict[int, list[float]] = {b: [] for b in feeds}
-    with contextlib.ExitStack() as stack:
-        sessions = {}
-        for b, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
-            session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=config))
-            if initializer:
-                session.run(initializer)
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        if initializer:
+            session.run(initializer)
+        for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
             for _ in range(warmup_steps):
                 session.run(fetches, feed_dict=feed)
-            sessions[b] = session
-        with Progress("profiling traced steps", traced_steps * len(sessions)) as progress:
+        with Progress("profiling traced steps", traced_steps * len(feeds)) as progress:
             for step in range(traced_steps):
-                for b, session in sessions.items():
+                for b, feed in feeds.items():
                     metadata = tf.compat.v1.RunMetadata()
                     start = time.perf_counter()
-                    session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
+                    session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
                     wall[b].append(time.perf_counter() - start)
                     for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
                         traces[b].setdefault(op, []).append(trace)
@@ -475,10 +474,10 @@ def profile_graph(
 ) -> ProfileSet:
     """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
 
-    For each batch size: a new ``Session``, the initializer and ``warmup_steps`` untraced steps;
-    then ``traced_steps`` steps per batch size with ``RunOptions(trace_level=FULL_TRACE)``, taken in
-    turns across the batch sizes; per op the median over its traced steps. Ops the fetches need that no trace reports get shape-based estimates and are
-    listed in ``estimated_ops``.
+    One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
+    ``traced_steps`` steps per batch size with ``RunOptions(trace_level=FULL_TRACE)``, taken in
+    turns across the batch sizes; per op the median over its traced steps. Ops the fetches need that
+    no trace reports get shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
     ----------
