@@ -258,8 +258,9 @@ def graph_table(fusion: Sequence[FusionStats], graph_ops: Mapping[str, int]) -> 
         notes=(
             "CCR (Eq. 1): summed edge transfer times over summed op compute times on the target devices. "
             "Compute: the summed op times on one target device. Memory estimate: the placers' static "
-            "model, every op's persistent bytes, the outputs it allocates (not those that are an input's "
-            "buffer) and temporary bytes summed (an upper bound of the memory a step holds at once)."
+            "model of the whole step on one device: every op's persistent bytes and the outputs it allocates "
+            "(not those that are an input's buffer), plus the largest temporary bytes (an upper bound of "
+            "the memory a step holds at once)."
         ),
     )
 
