@@ -83,3 +83,29 @@ def test_summary_shows_per_device_ops_capacity_memory_busy_share_and_the_step_ti
     assert lines[3].split() == ["/device:GPU:1", "1", "32", "GB", "16", "GB", "(50%)", "-", "-"]
     assert "estimated step time: 12.3 ms (simulated)" in lines[4]
     assert lines[5] == "warning: GPU:1 is overcommitted"
+
+
+@pytest.mark.parametrize(("memory_model", "noted"), [("simulated", True), (None, False)])
+def test_an_estimate_above_capacity_is_explained_when_the_placer_judged_memory_by_simulating(
+    memory_model, noted
+):
+    devices = DeviceSet.parse("/device:GPU:0", "8GB")
+    placement = Placement(
+        {"a": "/device:GPU:0"},
+        devices,
+        placer="auto" if memory_model else "celeritas",
+        memory={"/device:GPU:0": 10_000_000_000},
+        peak_memory={"/device:GPU:0": 5_000_000_000},
+        details={"memory_model": memory_model} if memory_model else {},
+    )
+
+    notes = [line for line in placement.summary().splitlines() if line.startswith("note:")]
+
+    assert notes == (
+        [
+            "note: placer auto judged memory by the simulated peak; an estimate above capacity is the "
+            "static model's bound, which keeps every output for the whole step"
+        ]
+        if noted
+        else []
+    )

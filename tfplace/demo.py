@@ -103,7 +103,7 @@ def main(argv: Sequence[str]) -> None:
     for name in [FLAGS.placer, *FLAGS.compare]:
         other = placement if name == FLAGS.placer else place_cost_graph(cost_graph, devices, name)
         over = [d for d in devices if other.peak_memory.get(d.name, 0) > d.memory]
-        oom = f" (simulated out of memory on {len(over)} devices)" if over else ""
+        oom = f" (simulated out of memory on {', '.join(d.name for d in over)})" if over else ""
         print(f"{name:12s} {other.step_time or 0.0:14.4f}s {other.placement_seconds:9.3f}s{oom}")
 
     placement.assignment = place_remaining_ops(estimate.imported.cost_graph, placement.assignment, devices)

@@ -116,7 +116,8 @@ class Placement:
 
         ``estimate`` is the placer's static memory estimate (persistent state, all outputs and the
         largest temporary memory of the device's ops); ``sim. peak`` the most memory the device
-        holds at once in the simulated step; percentages are of the device's capacity.
+        holds at once in the simulated step; percentages are of the device's capacity. A note says
+        when an estimate exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
         names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
@@ -143,6 +144,12 @@ class Placement:
             f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
         )
         lines.extend(f"warning: {w}" for w in self.warnings)
+        over_estimate = any(self.memory.get(d.name, 0) > d.memory for d in self.devices.devices)
+        if over_estimate and self.details.get("memory_model") == "simulated":
+            lines.append(
+                f"note: placer {self.placer} judged memory by the simulated peak; an estimate above "
+                "capacity is the static model's bound, which keeps every output for the whole step"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
