@@ -142,6 +142,26 @@ def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
 
 
 @pytest.mark.tensorflow
+def test_a_lowered_loops_temporary_memory_is_the_most_its_iterations_held_at_once(run_metadata):
+    # two iterations each allocate 96 bytes and free them before the next; a 40-byte buffer the
+    # first allocates lives until after the loop (an accumulator read by the gradient loop)
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    first = _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=4000).memory.add(allocator_name="cpu")
+    second = _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=5000).memory.add(allocator_name="cpu")
+    for memory, changes in (
+        (first, [(10, 96), (12, 40), (20, -96), (90, -40)]),
+        (second, [(30, 96), (40, -96)]),
+    ):
+        for micros, nbytes in changes:
+            memory.allocation_records.add(alloc_micros=micros, alloc_bytes=nbytes)
+            memory.total_bytes += max(nbytes, 0)
+
+    loop = collect_op_traces(run_metadata, GRAPH_OPS)["while"]
+
+    assert loop.temporary_bytes == 96 + 40  # not every iteration's 96 bytes summed (232)
+
+
+@pytest.mark.tensorflow
 def test_a_fed_tensor_is_recorded_as_the_output_slot_it_replaces(run_metadata):
     cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
     _node(cpu, "_arg_Reshape_1_0", "_Arg", nanos=300, outputs=[(0, 48, 0)])

@@ -68,11 +68,11 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 3
+_PROFILE_FORMAT = 4
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
-passed on."""
+passed on. 4: it is the most those nodes held at once, not the sum over the iterations."""
 
 
 @dataclass(frozen=True)

@@ -139,10 +139,12 @@ class OpTrace:
         summed over executions; ``()`` when only generated nodes ran (a lowered ``While``), whose
         output slots the trace cannot tell apart.
     temporary_bytes : int
-        Scratch memory the op's own node reported (``memory_stats.temp_memory_size``), plus
-        everything the nodes generated from the op allocated (a lowered loop's body, every
-        iteration: their ``memory[*].total_bytes``, new outputs and scratch memory, not the
-        buffers they forwarded): an upper bound of the memory the op uses while it runs.
+        Scratch memory the op's own node reported (``memory_stats.temp_memory_size``), plus the
+        most bytes the nodes generated from the op (a lowered loop's body, every iteration) held
+        at once: their allocation records summed in time order, as :func:`allocation_peaks` does
+        for a device (an iteration frees what the next does not need). A generated node without
+        allocation records adds its ``memory[*].total_bytes``. An upper bound of the memory the
+        op uses while it runs.
     persistent_bytes : int
         ``memory_stats.persistent_memory_size`` minus outputs that are that persistent memory (a
         ``Const`` reports its value both ways); variables' buffers are not reported here, see
@@ -230,6 +232,7 @@ class _Totals:
     records_by_device: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     own_records: int = 0
     aliases: Counter[AliasedOutput] = field(default_factory=Counter)
+    generated_allocations: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Addresses:
@@ -333,7 +336,11 @@ def collect_op_traces(
                 total.aliases.update(addresses.aliases(op, node, first_slot))
                 addresses.record(op, node, first_slot)
         else:
-            total.temporary_bytes += sum(int(memory.total_bytes) for memory in node.memory)
+            for memory in node.memory:
+                if memory.allocation_records:
+                    total.generated_allocations.extend(_allocation_changes(memory))
+                else:
+                    total.temporary_bytes += int(memory.total_bytes)
             total.persistent_bytes += int(node.memory_stats.persistent_memory_size)
     return {op: _finish(total) for op, total in totals.items()}
 
@@ -364,7 +371,7 @@ def _finish(total: _Totals) -> OpTrace:
     return OpTrace(
         compute_time=total.compute_time,
         output_sizes=sizes,
-        temporary_bytes=total.temporary_bytes,
+        temporary_bytes=total.temporary_bytes + _peak_in_use(total.generated_allocations),
         persistent_bytes=total.persistent_bytes,
         device=device,
         executions=total.executions,
@@ -390,14 +397,19 @@ def allocation_peaks(run_metadata: Any) -> dict[str, int]:
     changes: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for device, node, _ in _host_records(run_metadata):
         for memory in node.memory:
-            changes[device].extend(
-                (int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records
-            )
-    peaks = {}
-    for device, events in changes.items():
-        in_use = peak = 0
-        for _, nbytes in sorted(events):
-            in_use += nbytes
-            peak = max(peak, in_use)
-        peaks[device] = peak
-    return peaks
+            changes[device].extend(_allocation_changes(memory))
+    return {device: _peak_in_use(events) for device, events in changes.items()}
+
+
+def _allocation_changes(memory: Any) -> Iterable[tuple[int, int]]:
+    """``(microseconds, bytes)`` of an allocator's records under a node: > 0 allocated, < 0 freed."""
+    return ((int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records)
+
+
+def _peak_in_use(changes: Iterable[tuple[int, int]]) -> int:
+    """The most bytes in use when ``changes`` are applied in time order (frees first at a tie)."""
+    in_use = peak = 0
+    for _, nbytes in sorted(changes):
+        in_use += nbytes
+        peak = max(peak, in_use)
+    return peak
