@@ -28,12 +28,23 @@ def _lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, y.mean(axis=1) - slope * x.mean()
 
 
+def _memory_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_lines` of bytes on the batch size, where a falling line becomes the largest
+    measurement: memory does not shrink as the batch grows, so a negative slope is noise (a
+    loop's peak that depends on the order its nodes ran in), and extrapolating it to a large
+    batch would predict nothing."""
+    slope, intercept = _lines(x, y)
+    falling = slope < 0
+    return np.where(falling, 0.0, slope), np.where(falling, y.max(axis=1), intercept)
+
+
 class OpCostRegression:
     """Predict every op's costs at any batch size from costs profiled at a few small ones.
 
     Memory (each output slot's bytes, temporary bytes) is fitted by least squares as
     ``bytes = slope * batch + intercept``: tensors scale with the batch, so the line is exact for
-    memory that is linear in the batch size, and predictions are rounded and never negative.
+    memory that is linear in the batch size, and predictions are rounded and never negative. A
+    line that falls as the batch grows is noise and predicts the largest measurement instead.
     Persistent memory does not depend on the batch and is copied. An output slot is aliased (an
     input's buffer, :attr:`~tfplace.estimator.profiler.OpCost.aliased_outputs`) in the prediction
     when it was at every profiled batch size: a slot seen allocated once counts as allocated.
@@ -117,7 +128,7 @@ class OpCostRegression:
         times = np.array([[cost.compute_time for cost in row] for row in per_batch])
         self._fit_time(x, times)
         temporary = np.array([[cost.temporary_bytes for cost in row] for row in per_batch], dtype=float)
-        self.temporary_coef_ = np.column_stack(_lines(x, temporary))
+        self.temporary_coef_ = np.column_stack(_memory_lines(x, temporary))
         self.output_coef_ = {op: self._fit_outputs(x, row) for op, row in zip(ops, per_batch)}
         self.persistent_bytes_ = np.array([row[-1].persistent_bytes for row in per_batch], dtype=np.int64)
         self.aliased_outputs_ = {op: shared_aliases(row) for op, row in zip(ops, per_batch)}
@@ -142,7 +153,7 @@ class OpCostRegression:
         sizes = np.zeros((width, len(row)))
         for column, cost in enumerate(row):
             sizes[: len(cost.output_sizes), column] = cost.output_sizes
-        return np.column_stack(_lines(x, sizes)) if width else np.zeros((0, 2))
+        return np.column_stack(_memory_lines(x, sizes)) if width else np.zeros((0, 2))
 
     def predict(self, batch_size: int) -> dict[str, OpCost]:
         """The predicted costs of every fitted op at ``batch_size``."""
