@@ -7,7 +7,7 @@ import pytest
 
 from tfplace.estimator import profiler
 from tfplace.estimator.profiler import TIME_FLOOR, profile_graph
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 pytestmark = pytest.mark.tensorflow
 

@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import feed_function
-from tfplace.devices import DeviceName, DeviceSet
+from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.estimator.profiler import OpCost
 
 pytestmark = pytest.mark.tensorflow
@@ -51,7 +51,7 @@ def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the
     load_saved_graph, tmp_path
 ):
     from tfplace import estimate_costs
-    from tfplace.estimator.step_stats import collect_op_traces
+    from tfplace.tf_graph.step_stats import collect_op_traces
 
     graph, entry, _ = load_saved_graph("cnn")
     devices = DeviceSet.parse("/device:CPU:0-1", "200KB")  # the target batch does not fit one of them

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tfplace.costgraph import load_json
+from tfplace.core.costgraph import load_json
 
 pytestmark = pytest.mark.tensorflow
 
