@@ -29,8 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from tfplace.core.devices import DeviceSet
+from tfplace.core.simulated_step import Schedule, SimulationResult
 from tfplace.core.units import bytes_unit, format_bytes, seconds_unit
-from tfplace.simulator.result import Schedule, SimulationResult
 
 __all__ = ["plot_timeline", "timeline_figure"]
 

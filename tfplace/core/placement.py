@@ -16,7 +16,7 @@ from tfplace.core.transfer import TransferModel
 from tfplace.core.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from tfplace.simulator.result import SimulationResult
+    from tfplace.core.simulated_step import SimulationResult
 
 __all__ = ["GraphWriter", "Placement", "PlacementError", "register_graph_writer"]
 

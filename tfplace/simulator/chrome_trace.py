@@ -14,7 +14,7 @@ from typing import Any
 
 from tfplace.core.costgraph import atomic_write_text
 from tfplace.core.devices import DeviceSet
-from tfplace.simulator.result import SimulationResult
+from tfplace.core.simulated_step import SimulationResult
 
 __all__ = ["chrome_trace", "to_chrome_trace"]
 

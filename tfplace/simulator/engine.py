@@ -73,8 +73,7 @@ import numpy as np
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph, index_graph
 from tfplace.core.orders import bottom_levels, kahn_order
-from tfplace.simulator.plan import TransferPlan, plan_transfers
-from tfplace.simulator.result import (
+from tfplace.core.simulated_step import (
     MemoryTrace,
     OomEvent,
     OpTask,
@@ -82,6 +81,7 @@ from tfplace.simulator.result import (
     SimulationResult,
     TransferTask,
 )
+from tfplace.simulator.plan import TransferPlan, plan_transfers
 
 __all__ = ["PRIORITIES", "simulate"]
 
