@@ -160,3 +160,10 @@ def test_the_core_places_and_simulates_with_tensorflow_unimportable():
     assert lines[0].split()[0] == "celeritas" and lines[0].split()[2] == "True"
     assert lines[1].split()[0] == "m_etf" and lines[1].split()[2] == "True"
     assert lines[2] == "False"
+
+
+def test_the_placer_table_loads_only_modules_of_the_placer_layer():
+    from tfplace.placer import PLACERS
+
+    modules = {target.partition(":")[0] for target in PLACERS.values()}
+    assert modules <= {module for module in MODULES if _layer(module) == "tfplace.placer"}
