@@ -373,3 +373,27 @@ def test_without_tensorflow_a_command_that_needs_it_says_how_to_install_it(monke
         error_line(capsys)
         == "tfplace profile: error: this needs TensorFlow: pip install 'tfplace[cpu]' (or 'tfplace[gpu]')"
     )
+
+
+def test_place_and_simulate_say_which_device_runs_out_of_memory_in_the_simulated_step(tmp_path, capsys):
+    from tfplace.costgraph import save_json
+    from tfplace.synthetic import layered_training_graph
+
+    graph = layered_training_graph(60, seed=3)
+    save_json(graph, tmp_path / "costs.json")
+    persistent = sum(attrs["persistent_bytes"] for _, attrs in graph.nodes(data=True))
+    place_args = ("--devices=/device:GPU:0-1", f"--memory={persistent // 3}B", "--placer=celeritas")
+
+    assert tfplace_command("place", "--cost_graph", tmp_path / "costs.json", *place_args,
+                           f"--placement_out={tmp_path / 'p.json'}") == 0  # fmt: skip
+    placed = capsys.readouterr().out
+    assert (
+        tfplace_command(
+            "simulate", "--cost_graph", tmp_path / "costs.json", "--placement", tmp_path / "p.json"
+        )
+        == 0
+    )
+    simulated = capsys.readouterr().out
+
+    for out in (placed, simulated):
+        assert "runs out of memory in the simulated step" in out and "% OVER)" in out

@@ -109,3 +109,65 @@ def test_an_estimate_above_capacity_is_explained_when_the_placer_judged_memory_b
         if noted
         else []
     )
+
+
+def _simulated_peaks(graph, devices, placer):
+    from tfplace.placer import place_cost_graph
+
+    placement = place_cost_graph(graph, devices, placer)
+    over = {d.name for d in devices.devices if placement.peak_memory.get(d.name, 0) > d.memory}
+    return placement, over
+
+
+@pytest.mark.parametrize(
+    "placer", ["celeritas", "order_place", "dfs_topo", "m_topo", "single", "m_etf", "m_sct", "metis", "auto"]
+)
+def test_every_placer_warns_about_each_device_whose_simulated_peak_exceeds_its_memory(placer):
+    from tfplace.synthetic import layered_training_graph
+
+    graph = layered_training_graph(60, seed=3)
+    persistent = sum(attrs["persistent_bytes"] for _, attrs in graph.nodes(data=True))
+    devices = DeviceSet.parse("/device:GPU:0-1", persistent // 3)  # the variables alone do not fit
+
+    placement, over = _simulated_peaks(graph, devices, placer)
+
+    assert over  # no placement fits: a device overflows in the simulated step
+    for device in over:
+        (warning,) = [w for w in placement.warnings if w.startswith(f"{device} runs out of memory")]
+        assert f"peak {placement.peak_memory[device]:,} bytes" in warning and "OVER" in warning
+        assert f"warning: {warning}" in placement.summary()
+
+
+def test_a_peak_just_above_capacity_is_marked_over_and_never_shown_as_100_percent():
+    devices = DeviceSet.parse("/device:GPU:0-1", 272_000_000)
+    placement = Placement(
+        {"a": "/device:GPU:0", "b": "/device:GPU:1"},
+        devices,
+        peak_memory={"/device:GPU:0": 272_343_789, "/device:GPU:1": 272_000_001},
+    )
+
+    lines = placement.summary().splitlines()
+
+    assert "(100.1% OVER)" in lines[2] and "(>100% OVER)" in lines[3]
+    assert "(100%)" not in placement.summary()
+    assert [line.split(":")[1].strip() for line in lines if line.startswith("warning:")] == [
+        "/device",
+        "/device",
+    ]
+    assert (
+        "warning: /device:GPU:0 runs out of memory in the simulated step: peak 272,343,789 bytes" in lines[-2]
+    )
+
+
+def test_resimulating_a_placement_replaces_its_out_of_memory_warnings_instead_of_repeating_them():
+    graph = chain_graph([1.0, 1.0], [10], memory=[600, 600])
+    devices = DeviceSet.parse("/device:GPU:0", 1000, intra_host=UNIT_LINK)
+    placement = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0"}, devices, warnings=["placer note"])
+
+    once = placement.with_simulation(simulate(graph, placement.assignment, devices))
+    twice = once.with_simulation(simulate(graph, placement.assignment, devices))
+
+    assert twice.warnings == once.warnings
+    assert (
+        twice.warnings[0] == "placer note" and "runs out of memory in the simulated step" in twice.warnings[1]
+    )

@@ -18,7 +18,10 @@ from tfplace.units import format_bytes, format_seconds
 if TYPE_CHECKING:
     from tfplace.simulator.result import SimulationResult
 
-__all__ = ["Placement", "PlacementError"]
+__all__ = ["SIMULATED_OUT_OF_MEMORY", "Placement", "PlacementError", "simulated_memory_warnings"]
+
+SIMULATED_OUT_OF_MEMORY = "runs out of memory in the simulated step"
+"""The words of every warning :func:`simulated_memory_warnings` gives (to find and replace them)."""
 
 
 class PlacementError(ValueError):
@@ -99,15 +102,18 @@ class Placement:
         simulated step of this placement on :attr:`devices`."""
         names = [d.name for d in self.devices.all_devices]
         makespan = float(result.makespan)
+        peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
+        kept = [warning for warning in self.warnings if SIMULATED_OUT_OF_MEMORY not in warning]
         return replace(
             self,
             step_time=makespan,
-            peak_memory={names[d]: int(p) for d, p in enumerate(result.peak_memory) if p},
+            peak_memory=peak_memory,
             utilization={
                 names[d]: float(b) / makespan if makespan > 0 else 0.0
                 for d, b in enumerate(result.busy_time)
                 if b
             },
+            warnings=kept + simulated_memory_warnings(peak_memory, self.devices),
         )
 
     def summary(self) -> str:
@@ -116,8 +122,10 @@ class Placement:
 
         ``estimate`` is the placer's static memory estimate (persistent state, all outputs and the
         largest temporary memory of the device's ops); ``sim. peak`` the most memory the device
-        holds at once in the simulated step; percentages are of the device's capacity. A note says
-        when an estimate exceeds its capacity and the placer judged memory by simulating instead.
+        holds at once in the simulated step; percentages are of the device's capacity, and a share
+        above it is marked ``OVER`` and never rounded down to 100% (``100.1% OVER``). Every device
+        whose simulated peak exceeds its capacity gets a warning. A note says when an estimate
+        exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
         names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
@@ -143,7 +151,8 @@ class Placement:
             f"estimated step time: {step}; placer {self.placer or '?'} placed "
             f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
         )
-        lines.extend(f"warning: {w}" for w in self.warnings)
+        memory_warnings = simulated_memory_warnings(self.peak_memory, self.devices)
+        lines.extend(f"warning: {w}" for w in dict.fromkeys([*self.warnings, *memory_warnings]))
         over_estimate = any(self.memory.get(d.name, 0) > d.memory for d in self.devices.devices)
         if over_estimate and self.details.get("memory_model") == "simulated":
             lines.append(
@@ -212,6 +221,25 @@ class Placement:
             raise PlacementError(f"{path}: not a readable placement ({error})") from None
 
 
+def simulated_memory_warnings(peak_memory: Mapping[str, int], devices: DeviceSet) -> list[str]:
+    """A warning for each device of ``devices`` whose simulated peak exceeds its memory, whichever
+    placer made the placement (fallback CPUs have no limit)."""
+    return [
+        f"{device.name} {SIMULATED_OUT_OF_MEMORY}: peak {peak_memory[device.name]:,} bytes, "
+        f"{_percent(peak_memory[device.name], device.memory)} of its {device.memory:,}"
+        for device in devices.devices
+        if peak_memory.get(device.name, 0) > device.memory
+    ]
+
+
 def _share(nbytes: int, capacity: int | None) -> str:
     """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one)."""
-    return f"{format_bytes(nbytes)} ({nbytes / capacity:.0%})" if capacity else format_bytes(nbytes)
+    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)})" if capacity else format_bytes(nbytes)
+
+
+def _percent(nbytes: int, capacity: int) -> str:
+    """``"87%"``; above the capacity ``"122.5% OVER"``, never rounded down to 100% (``">100% OVER"``)."""
+    if nbytes <= capacity:
+        return f"{nbytes / capacity:.0%}"
+    shown = f"{nbytes / capacity:.1%}"
+    return f"{'>100%' if shown == '100.0%' else shown} OVER"
