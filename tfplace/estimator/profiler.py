@@ -48,7 +48,7 @@ from tfplace.estimator.shapes import (
     shaped_graph,
     variable_bytes,
 )
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+from tfplace.estimator.step_stats import OpTrace, collect_op_traces, output_shapes
 from tfplace.progress import Progress, track
 
 __all__ = [
@@ -370,6 +370,32 @@ def _check_feeds_follow_the_batch(feeds: Mapping[int, Mapping[str, Any]]) -> Non
         )
 
 
+#: Ops that hand the step a batch from a ``tf.data`` iterator.
+ITERATOR_OPS = frozenset({"IteratorGetNext", "IteratorGetNextSync"})
+
+
+def _check_iterators_follow_the_batch(
+    shapes: Mapping[str, Sequence[tuple[int, ...]]], batch_size: int
+) -> None:
+    """Refuse a step whose ``tf.data`` iterator produced batches of another size than ``batch_size``.
+
+    ``shapes`` are the output shapes of the iterators' ``GetNext`` ops in a traced step at
+    ``batch_size``. A ``feed_fn`` cannot change the batch a one-shot iterator yields, so profiling
+    several batch sizes would run the iterator's batch every time and the regression would see
+    costs that never change with the batch.
+    """
+    for op, outputs in sorted(shapes.items()):
+        ran = sorted({shape[0] for shape in outputs if shape and shape[0] >= 0})
+        if ran and ran != [batch_size]:
+            raise ValueError(
+                f"the step reads its inputs from the tf.data iterator {op!r}, which ran batches of "
+                f"{' and '.join(map(str, ran))} when batch {batch_size} was asked for: feed_fn cannot change "
+                "an iterator's batch, so the profile would not follow the batch size. Feed the inputs "
+                "through placeholders (feed_fn(batch_size) returning arrays of that batch), or profile "
+                f"at the iterator's batch only (profile_batch_sizes=[{ran[0]}]) and place for that batch"
+            )
+
+
 def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[Any]:
     """What to run before the first step: ``init_op``, else every variable's initializer."""
     import tensorflow as tf
@@ -435,6 +461,9 @@ def _measure(
     import tensorflow as tf
 
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    iterator_ops = {
+        op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
+    }
     traces: dict[int, dict[str, list[OpTrace]]] = {b: {} for b in feeds}
     wall: dict[int, list[float]] = {b: [] for b in feeds}
     with tf.compat.v1.Session(graph=graph, config=config) as session:
@@ -452,6 +481,8 @@ def _measure(
                     wall[b].append(time.perf_counter() - start)
                     for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
                         traces[b].setdefault(op, []).append(trace)
+                    if step == 0:
+                        _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
                     progress.advance(f"batch {b}, step {step + 1}/{traced_steps}")
     return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
 
