@@ -134,7 +134,7 @@ def test_every_placer_warns_about_each_device_whose_simulated_peak_exceeds_its_m
     assert over  # no placement fits: a device overflows in the simulated step
     for device in over:
         (warning,) = [w for w in placement.warnings if w.startswith(f"{device} runs out of memory")]
-        assert f"peak {placement.peak_memory[device]:,} bytes" in warning and "OVER" in warning
+        assert f"peak {placement.peak_memory[device]:,} bytes of its {devices.devices[0].memory:,}" in warning
         assert f"warning: {warning}" in placement.summary()
 
 

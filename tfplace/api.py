@@ -31,6 +31,7 @@ from tfplace.costgraph import CostGraph
 from tfplace.device_model import DeviceModel, convert_graph, device_model
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placement import Placement
+from tfplace.progress import note, quiet
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -101,6 +102,7 @@ def estimate_costs(
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
     config: Any = None,
     refine_on: DeviceSet | None = None,
+    progress: bool = True,
 ) -> CostEstimate:
     """Standard Evaluation (Celeritas section 4.2.1): the step's costs at ``batch_size``.
 
@@ -122,15 +124,48 @@ def estimate_costs(
     init_op, warmup_steps, traced_steps, config
         See :func:`tfplace.estimator.profile_graph`.
     cache_dir : path or None
-        Profile cache; ``None`` always measures.
+        Profile cache; ``None`` or ``""`` always measures (as ``--cache_dir=`` on the CLI).
     refine_on : DeviceSet, optional
         Devices to run the target batch on for step 2 (virtual CPUs, loopback workers); ``None``
         keeps step 1's predictions.
+    progress : bool
+        Show the stages and the progress of profiling on standard error (:mod:`tfplace.progress`;
+        ``TFPLACE_QUIET=1`` silences every call).
 
     Returns
     -------
     CostEstimate
     """
+    with quiet(not progress):
+        return _estimate_costs(
+            graph,
+            fetches,
+            feed_fn,
+            batch_size,
+            profile_batch_sizes=profile_batch_sizes,
+            init_op=init_op,
+            warmup_steps=warmup_steps,
+            traced_steps=traced_steps,
+            cache_dir=cache_dir,
+            config=config,
+            refine_on=refine_on,
+        )
+
+
+def _estimate_costs(
+    graph: Any,
+    fetches: Any,
+    feed_fn: FeedFunction,
+    batch_size: int,
+    *,
+    profile_batch_sizes: Sequence[int],
+    init_op: Any,
+    warmup_steps: int,
+    traced_steps: int,
+    cache_dir: str | os.PathLike[str] | None,
+    config: Any,
+    refine_on: DeviceSet | None,
+) -> CostEstimate:
     from tfplace.estimator.profiler import profile_graph
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.tf_graph.importer import import_graph, load_graph
@@ -139,9 +174,12 @@ def estimate_costs(
         raise ValueError(f"the target batch size must be positive, got {batch_size}")
     tf_graph = load_graph(graph)
     imported = import_graph(tf_graph, fetches)
-    logging.info(
-        "tfplace: profiling %d ops at batch sizes %s", len(imported.step_ops), list(profile_batch_sizes)
+    note(
+        "tfplace: profiling %s ops of the step at batch sizes %s",
+        f"{len(imported.step_ops):,}",
+        list(profile_batch_sizes),
     )
+    started = time.perf_counter()
     profile = profile_graph(
         tf_graph,
         fetches,
@@ -153,11 +191,7 @@ def estimate_costs(
         init_op=init_op,
         cache_dir=cache_dir,
     )
-    logging.info(
-        "tfplace: profile %s (%.1f s)",
-        "read from the cache" if profile.from_cache else "measured",
-        profile.profiling_seconds,
-    )
+    note("tfplace: profile %s", _profile_source(profile, time.perf_counter() - started))
     if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
         raise ValueError(
             f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
@@ -186,6 +220,14 @@ def estimate_costs(
     return CostEstimate(
         cost_graph=filled, imported=imported, profile=profile, regression=regression, refinement=refinement
     )
+
+
+def _profile_source(profile: Any, seconds: float) -> str:
+    """Where a profile came from: ``"measured in 12.3 s"`` or ``"read from the cache in 0.2 s
+    (measured in 12.3 s when it was stored)"``; ``seconds`` is how long getting it took now."""
+    if profile.from_cache:
+        return f"read from the cache in {seconds:.1f} s (measured in {profile.profiling_seconds:.1f} s when it was stored)"
+    return f"measured in {profile.profiling_seconds:.1f} s"
 
 
 def _step_graph(structure: nx.DiGraph, step_ops: frozenset[str]) -> CostGraph:
@@ -241,6 +283,7 @@ def place(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    progress: bool = True,
     **estimate_options: Any,
 ) -> Placement:
     """Measure ``graph``, place every op on ``devices`` for ``batch_size``, and return the placement.
@@ -260,6 +303,9 @@ def place(
         Memory of each device (``"32GB"``), when ``devices`` are names.
     placer, placer_options, target_device, simulate
         See :func:`place_costs`.
+    progress : bool
+        Show each stage (profiling, placing) and the progress of the long ones on standard error;
+        ``False``, or ``TFPLACE_QUIET=1`` in the environment, keeps the call silent but for warnings.
     **estimate_options
         ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
         ``config``, ``refine_on``: see :func:`estimate_costs`.
@@ -278,17 +324,18 @@ def place(
     """
     device_set = as_device_set(devices, memory)
     started = time.perf_counter()
-    estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
-    placement = place_costs(
-        estimate.cost_graph,
-        device_set,
-        structure=estimate.imported.cost_graph,
-        placer=placer,
-        placer_options=placer_options,
-        target_device=target_device,
-        simulate=simulate,
-    )
-    logging.info("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
+    with quiet(not progress):
+        estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
+        placement = place_costs(
+            estimate.cost_graph,
+            device_set,
+            structure=estimate.imported.cost_graph,
+            placer=placer,
+            placer_options=placer_options,
+            target_device=target_device,
+            simulate=simulate,
+        )
+        note("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
     return placement
 
 
@@ -301,6 +348,7 @@ def place_costs(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    progress: bool = True,
 ) -> Placement:
     """Place a profiled step (a cost graph) on ``devices``; with ``structure``, the whole graph.
 
@@ -325,6 +373,8 @@ def place_costs(
         device model (``"V100-32GB"``, ...) that turns measured times into the target's.
     simulate : bool
         Fill the estimated step time, peak memory and utilization from the simulator.
+    progress : bool
+        Show the stage and ``auto``'s search on standard error (see :func:`place`).
 
     Returns
     -------
@@ -338,8 +388,16 @@ def place_costs(
         model = device_model(target_device) if isinstance(target_device, str) else target_device
         cost_graph = convert_graph(cost_graph, model)
     cost_graph.set_transfer_model(devices.typical_link)
-    logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(devices), name)
-    placement = place_cost_graph(cost_graph, devices, name, simulate=simulate, **dict(placer_options or {}))
+    with quiet(not progress):
+        note(
+            "tfplace: placing %s ops of the step on %d devices with %s",
+            f"{len(cost_graph):,}",
+            len(devices),
+            name,
+        )
+        placement = place_cost_graph(
+            cost_graph, devices, name, simulate=simulate, **dict(placer_options or {})
+        )
     if structure is not None:
         placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     placement.cost_graph = cost_graph

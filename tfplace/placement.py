@@ -225,21 +225,24 @@ def simulated_memory_warnings(peak_memory: Mapping[str, int], devices: DeviceSet
     """A warning for each device of ``devices`` whose simulated peak exceeds its memory, whichever
     placer made the placement (fallback CPUs have no limit)."""
     return [
-        f"{device.name} {SIMULATED_OUT_OF_MEMORY}: peak {peak_memory[device.name]:,} bytes, "
-        f"{_percent(peak_memory[device.name], device.memory)} of its {device.memory:,}"
+        f"{device.name} {SIMULATED_OUT_OF_MEMORY}: peak {peak_memory[device.name]:,} bytes of its "
+        f"{device.memory:,} ({_percent(peak_memory[device.name], device.memory)})"
         for device in devices.devices
         if peak_memory.get(device.name, 0) > device.memory
     ]
 
 
 def _share(nbytes: int, capacity: int | None) -> str:
-    """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one)."""
-    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)})" if capacity else format_bytes(nbytes)
+    """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one);
+    ``"354 MB (122.5% OVER)"`` above it."""
+    if not capacity:
+        return format_bytes(nbytes)
+    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)}{' OVER' if nbytes > capacity else ''})"
 
 
 def _percent(nbytes: int, capacity: int) -> str:
-    """``"87%"``; above the capacity ``"122.5% OVER"``, never rounded down to 100% (``">100% OVER"``)."""
+    """``"87%"``; above the capacity ``"122.5%"``, never rounded down to 100% (``">100%"``)."""
     if nbytes <= capacity:
         return f"{nbytes / capacity:.0%}"
     shown = f"{nbytes / capacity:.1%}"
-    return f"{'>100%' if shown == '100.0%' else shown} OVER"
+    return ">100%" if shown == "100.0%" else shown

@@ -93,20 +93,14 @@ def _run() -> int:
 
 def _check_local_devices(placement: Placement) -> None:
     """Fail early when a placement for this process names device kinds this machine lacks."""
-    from tfplace.devices import DeviceName
-    from tfplace.runner import session_target_kind
+    from tfplace.runner import check_local_devices, session_target_kind
 
     if session_target_kind(placement) != "in_process":
         return
-    import tensorflow as tf
-
-    kinds = {DeviceName.parse(device).kind for device in placement.assignment.values()} - {"CPU"}
-    for kind in sorted(kinds):
-        if not tf.config.list_physical_devices(kind):
-            raise InputError(
-                f"the placement uses {kind} devices but this machine has none: to try it here, place on "
-                "virtual CPUs (--devices /device:CPU:0-3) or give --cluster"
-            )
+    try:
+        check_local_devices(placement)
+    except ValueError as error:
+        raise InputError(f"{error} (--devices /device:CPU:0-3, or give --cluster)") from None
 
 
 RUN = Command(

@@ -33,6 +33,7 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,6 +51,7 @@ from tfplace.estimator.shapes import (
 )
 from tfplace.estimator.step_stats import OpTrace, collect_op_traces, output_shapes
 from tfplace.progress import Progress, track
+from tfplace.tf_graph.native_log import filtered_native_stderr
 
 __all__ = [
     "TIME_FLOOR",
@@ -477,7 +479,8 @@ def _measure(
                 for b, feed in feeds.items():
                     metadata = tf.compat.v1.RunMetadata()
                     start = time.perf_counter()
-                    session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
+                    with filtered_native_stderr():
+                        session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
                     wall[b].append(time.perf_counter() - start)
                     for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
                         traces[b].setdefault(op, []).append(trace)
@@ -529,7 +532,7 @@ def profile_graph(
         collections.
     cache_dir : str or os.PathLike, optional
         Where profiles are cached (:mod:`tfplace.estimator.cache`); a profile with the same key is
-        returned without running TensorFlow.
+        returned without running TensorFlow. ``None`` or ``""``: no cache.
 
     Returns
     -------
@@ -574,7 +577,7 @@ def profile_graph(
         "profile_format": _PROFILE_FORMAT,
     }
     key = profile_key(step_graph_def(graph, needed), settings)
-    cache = ProfileCache(cache_dir) if cache_dir is not None else None
+    cache = ProfileCache(cache_dir) if cache_dir is not None and os.fspath(cache_dir) != "" else None
     if cache is not None:
         document = cache.load(key)
         if document is not None:
