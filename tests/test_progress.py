@@ -123,15 +123,6 @@ def test_track_yields_every_item_and_reports_a_step_after_each(verbosity, caplog
     assert messages(caplog)[:3] == ["sizes: 1/3 (10 bytes)", "sizes: 2/3 (20 bytes)", "sizes: 3/3 (30 bytes)"]
 
 
-@pytest.fixture
-def python_program(verbosity, monkeypatch):
-    """A Python program that never configured absl: absl's default verbosity, flags not parsed."""
-    values = flags.FlagValues()
-    monkeypatch.setattr(progress, "flags", types.SimpleNamespace(FLAGS=values))
-    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
-    verbosity(logging.WARNING)
-
-
 def test_in_a_python_program_steps_are_written_to_stderr_by_default_first_step_and_the_end(
     python_program, capsys
 ):
