@@ -28,7 +28,7 @@ import networkx as nx
 from absl import logging
 
 from tfplace.costgraph import CostGraph
-from tfplace.device_model import DeviceModel, convert_graph, device_model
+from tfplace.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model
 from tfplace.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.placement import Placement
 from tfplace.progress import note, quiet
@@ -41,6 +41,7 @@ __all__ = [
     "place",
     "place_costs",
     "place_remaining_ops",
+    "unconverted_times_warning",
 ]
 
 DEFAULT_CACHE_DIR = os.path.join(".tfplace_cache", "profiles")
@@ -401,9 +402,23 @@ def place_costs(
     if structure is not None:
         placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     placement.cost_graph = cost_graph
+    unconverted = unconverted_times_warning(cost_graph, devices)
+    if unconverted:
+        placement.warnings.append(unconverted)
     for warning in placement.warnings:
         logging.warning("tfplace: %s", warning)
     return placement
+
+
+def unconverted_times_warning(cost_graph: CostGraph, devices: DeviceSet) -> str:
+    """The warning for GPUs placed with op times no device model converted (``""`` otherwise):
+    the times are those of wherever the graph was profiled, a CPU here."""
+    if "GPU" not in {device.kind for device in devices} or cost_graph.graph.get("device_model"):
+        return ""
+    return (
+        "the op times are those measured where the graph was profiled; if that was not the target GPU, "
+        f"give target_device (--target_device on the command line): {', '.join(DEVICE_MODELS)}"
+    )
 
 
 def place_remaining_ops(

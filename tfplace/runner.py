@@ -205,6 +205,8 @@ def run_placement(
         raise ValueError(
             f"need steps >= 1, warmup_steps >= 0, traced_steps >= 1; got {steps}, {warmup_steps}, {traced_steps}"
         )
+    if cluster is None and session_target_kind(placement) == "in_process":
+        check_local_devices(placement)
     placed_graph, run_fetches, feeds, initializer = _placed_copy(
         graph, placement, fetches, feed_fn(batch_size), init_op
     )
@@ -213,7 +215,6 @@ def run_placement(
         target = cluster if isinstance(cluster, str) else cluster.target
         run.execute(target, placed_graph, run_fetches, feeds, initializer, config or _remote_config())
     elif session_target_kind(placement) == "in_process":
-        check_local_devices(placement)
         session_config = config or _local_config(placement)
         run.execute("", placed_graph, run_fetches, feeds, initializer, session_config)
     else:

@@ -6,7 +6,6 @@ line) or :class:`InputError` (wrong things named on it); :func:`print_error` rep
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -139,13 +138,14 @@ def checked_fetches(graph: Any) -> list[str]:
         if not names:
             raise InputError("the graph has no train_op collection: give --fetch (the train op's name)")
         logging.info("tfplace: fetching %s (the graph's train_op collection)", ", ".join(names))
+    from tfplace.tf_graph.importer import did_you_mean
+
     ops = [op.name for op in graph.get_operations()]
     for name in names:
         try:
             graph.as_graph_element(name)
         except (KeyError, ValueError):
-            close = difflib.get_close_matches(name.split(":")[0], ops, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, ops)
             raise InputError(f"--fetch {name}: the graph has no op or tensor of that name{hint}") from None
     return names
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import logging
-
 from tfplace.cli.common import (
     Command,
     InputError,
@@ -48,7 +46,6 @@ from tfplace.cli.options import (
     TRACE,
 )
 from tfplace.costgraph import save_json
-from tfplace.device_model import DEVICE_MODELS
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
 from tfplace.tf_graph.export import GRAPH_SUFFIXES
@@ -89,12 +86,6 @@ def _place() -> int:
         )
     assert placement.cost_graph is not None
     cost_graph = named(placement.cost_graph)
-    if "GPU" in {device.kind for device in devices} and not cost_graph.graph.get("device_model"):
-        logging.warning(
-            "tfplace: the op times are those measured where the graph was profiled; if that was not "
-            "the target GPU, give --target_device (%s)",
-            ", ".join(DEVICE_MODELS),
-        )
     written = []
     if PLACEMENT_OUT.value:
         placement.save(PLACEMENT_OUT.value)

@@ -258,7 +258,10 @@ def _fetch_elements(graph: Any, fetches: Any) -> list[Any]:
         try:
             elements.append(graph.as_graph_element(_element_name(item)))
         except (KeyError, ValueError) as error:
-            raise ValueError(f"fetch {_element_name(item)!r} is not in the graph: {error}") from None
+            from tfplace.tf_graph.importer import did_you_mean
+
+            hint = did_you_mean(_element_name(item), (op.name for op in graph.get_operations()))
+            raise ValueError(f"fetch {_element_name(item)!r} is not in the graph: {error}{hint}") from None
     return elements
 
 
