@@ -341,6 +341,26 @@ def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_de
 
 
 @pytest.mark.tensorflow
+def test_run_prints_the_fetched_scalars_of_every_step(cnn_costs, tmp_path, capsys):
+    placement_path = tmp_path / "placement.json"
+    placed = ("--cost_graph", cnn_costs, "--devices=/device:CPU:0-1", "--memory=1GB", "--placer=m_etf")
+    assert tfplace_command("place", "--graph", CNN, *placed, f"--placement_out={placement_path}") == 0
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", placement_path, "--fetch=train_op,loss:0",
+        "--batch_size=8", "--steps=2", "--warmup_steps=1",
+    )  # fmt: skip
+
+    assert status == 0
+    out = capsys.readouterr().out.split("fetched scalars per step:\n")[1].splitlines()
+    assert out[0].split() == ["step", "phase", "loss:0"]
+    rows = [line.split() for line in out[2:6]]
+    assert [row[:2] for row in rows] == [["1", "warm-up"], ["2", "timed"], ["3", "timed"], ["4", "traced"]]
+    assert all(float(row[2]) > 0 for row in rows)  # a cross-entropy loss
+
+
+@pytest.mark.tensorflow
 def test_run_refuses_a_gpu_placement_on_a_machine_without_gpus(tmp_path, capsys):
     import tensorflow as tf
 

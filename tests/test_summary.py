@@ -171,3 +171,15 @@ def test_resimulating_a_placement_replaces_its_out_of_memory_warnings_instead_of
     assert (
         twice.warnings[0] == "placer note" and "runs out of memory in the simulated step" in twice.warnings[1]
     )
+
+
+def test_the_op_count_says_whether_it_counts_the_whole_graph_or_the_step():
+    graph = chain_graph([1.0, 1.0], [10])
+    devices = DeviceSet.parse("/device:GPU:0", "1GB")
+    whole = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0", "init": "/device:GPU:0"}, devices)
+    whole.cost_graph = graph
+    step = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0"}, devices, cost_graph=graph)
+
+    assert "placed 3 ops of the graph (2 in the step) in" in whole.summary()
+    assert "placed 2 ops of the step in" in step.summary()
+    assert "placed 2 ops in" in Placement(dict(step.assignment), devices).summary()

@@ -149,7 +149,7 @@ class Placement:
         )
         lines.append(
             f"estimated step time: {step}; placer {self.placer or '?'} placed "
-            f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
+            f"{self._op_count()} in {format_seconds(self.placement_seconds)}"
         )
         memory_warnings = simulated_memory_warnings(self.peak_memory, self.devices)
         lines.extend(f"warning: {w}" for w in dict.fromkeys([*self.warnings, *memory_warnings]))
@@ -160,6 +160,17 @@ class Placement:
                 "capacity is the static model's bound, which keeps every output for the whole step"
             )
         return "\n".join(lines)
+
+    def _op_count(self) -> str:
+        """``"6,361 ops of the graph (3,079 in the step)"``, ``"3,079 ops of the step"``, or
+        ``"N ops"`` without the cost graph that tells them apart."""
+        total = len(self.assignment)
+        if self.cost_graph is None:
+            return f"{total:,} ops"
+        in_step = sum(1 for op in self.assignment if op in self.cost_graph)
+        if in_step == total:
+            return f"{total:,} ops of the step"
+        return f"{total:,} ops of the graph ({in_step:,} in the step)"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import statistics
+from typing import Any
+
+import numpy as np
 
 from tfplace.cli.common import (
     Command,
@@ -79,6 +82,9 @@ def _run() -> int:
         f"mean step time {format_seconds(report.mean_step_time)}, estimated {estimate}; "
         f"load average {report.load_average[0]:.2f}",
     ]
+    scalars = _fetched_scalars(fetches, report)
+    if scalars:
+        lines += ["", "fetched scalars per step:", format_table(scalars)]
     if report.mismatches:
         lines.append(f"warning: {len(report.mismatches)} ops ran elsewhere than placed, for example:")
         lines += [f"  {op}: placed on {placed}, ran on {ran}" for op, placed, ran in report.mismatches[:5]]
@@ -89,6 +95,31 @@ def _run() -> int:
         written.append(f"Chrome trace of the simulated step: {report.simulated_trace_path}")
     print_report("\n".join(lines), written)
     return 0
+
+
+def _fetched_scalars(fetches: list[str], report: Any) -> list[tuple[str, ...]]:
+    """A table row per step of the fetches that gave a number (``--fetch train_op,loss``: the loss),
+    with the step's phase; empty when no fetch is a scalar (a train op gives nothing)."""
+    phases = (
+        ["warm-up"] * len(report.warmup_seconds)
+        + ["timed"] * len(report.step_seconds)
+        + ["traced"] * len(report.traced_step_seconds)
+    )
+    numeric = [
+        i
+        for i, _ in enumerate(fetches)
+        if all(
+            np.ndim(values[i]) == 0 and np.issubdtype(np.asarray(values[i]).dtype, np.number)
+            for values in report.values
+        )
+        and report.values[0][i] is not None
+    ]
+    if not numeric:
+        return []
+    rows: list[tuple[str, ...]] = [("step", "phase", *(fetches[i] for i in numeric))]
+    for step, (phase, values) in enumerate(zip(phases, report.values), start=1):
+        rows.append((str(step), phase, *(f"{float(values[i]):.6g}" for i in numeric)))
+    return rows
 
 
 def _check_local_devices(placement: Placement) -> None:

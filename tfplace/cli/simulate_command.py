@@ -23,7 +23,7 @@ def _simulate() -> int:
     placement = Placement.load(existing_file(PLACEMENT))
     result = simulated(cost_graph, placement, record=bool(TRACE.value or TIMELINE_PNG.value))
     step = {op: placement.assignment[op] for op in cost_graph}
-    scored = replace(placement.with_simulation(result), assignment=step)
+    scored = replace(placement.with_simulation(result), assignment=step, cost_graph=cost_graph)
     lines = [
         scored.summary(),
         f"transfers: {result.transfers:,} tensors, {format_bytes(result.bytes_moved)}, "
