@@ -122,9 +122,10 @@ class Placement:
 
         ``estimate`` is the placer's static memory estimate (persistent state, all outputs and the
         largest temporary memory of the device's ops); ``sim. peak`` the most memory the device
-        holds at once in the simulated step; percentages are of the device's capacity, and a share
-        above it is marked ``OVER`` and never rounded down to 100% (``100.1% OVER``). Every device
-        whose simulated peak exceeds its capacity gets a warning. A note says when an estimate
+        holds at once in the simulated step; percentages are of the device's capacity, never rounded
+        down to 100% above it (``100.1%``), and a simulated peak above it is marked ``OVER``
+        (``100.1% OVER``) with a warning. The static estimate above capacity is not marked: the
+        capacity warnings, or the note below, say what it means. A note says when an estimate
         exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
@@ -138,7 +139,7 @@ class Placement:
                     name,
                     f"{counts.get(name, 0):,}",
                     format_bytes(cap) if cap else "-",
-                    _share(self.memory.get(name, 0), cap),
+                    _share(self.memory.get(name, 0), cap, mark=False),
                     _share(self.peak_memory[name], cap) if name in self.peak_memory else "-",
                     f"{self.utilization[name]:.0%}" if name in self.utilization else "-",
                 )
@@ -243,12 +244,13 @@ def simulated_memory_warnings(peak_memory: Mapping[str, int], devices: DeviceSet
     ]
 
 
-def _share(nbytes: int, capacity: int | None) -> str:
+def _share(nbytes: int, capacity: int | None, *, mark: bool = True) -> str:
     """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one);
-    ``"354 MB (122.5% OVER)"`` above it."""
+    ``"354 MB (122.5% OVER)"`` above it (without ``OVER`` unless ``mark``)."""
     if not capacity:
         return format_bytes(nbytes)
-    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)}{' OVER' if nbytes > capacity else ''})"
+    over = " OVER" if mark and nbytes > capacity else ""
+    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)}{over})"
 
 
 def _percent(nbytes: int, capacity: int) -> str:
