@@ -183,3 +183,13 @@ def test_the_op_count_says_whether_it_counts_the_whole_graph_or_the_step():
     assert "placed 3 ops of the graph (2 in the step) in" in whole.summary()
     assert "placed 2 ops of the step in" in step.summary()
     assert "placed 2 ops in" in Placement(dict(step.assignment), devices).summary()
+
+
+def test_a_fallback_cpu_holding_ops_is_among_the_placements_device_names_as_in_its_summary():
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    (fallback,) = devices.fallback_cpus  # where a tf.data iterator goes on a GPU-only set
+    placement = Placement({"matmul": "/device:GPU:0", "next_batch": fallback.name}, devices)
+
+    assert placement.device_names == ["/device:GPU:0", "/device:GPU:1", fallback.name]
+    assert [line.split()[0] for line in placement.summary().splitlines()[2:5]] == placement.device_names
+    assert fallback in placement.devices.all_devices

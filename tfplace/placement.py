@@ -37,7 +37,10 @@ class Placement:
     assignment : dict
         Device name of every op, by op name.
     devices : DeviceSet
-        The devices placed on (fallback CPUs included where ops went there).
+        The devices placed on. Iterating it gives the placement targets; ops that no target can
+        run (a ``tf.data`` iterator, summaries on a GPU-only set) go to a fallback CPU, which is in
+        ``devices.all_devices`` (and ``devices.fallback_cpus``); :attr:`device_names` lists the
+        targets and the fallback CPUs that hold ops, as the summary does.
     placer : str
         Which placer produced it (``"celeritas"``, ``"m_etf"``, ...).
     memory : dict
@@ -93,6 +96,12 @@ class Placement:
 
         return apply_placement(self, graph)
 
+    @property
+    def device_names(self) -> list[str]:
+        """Every target device, then each fallback CPU that holds ops: the summary's rows."""
+        used = set(self.assignment.values())
+        return [d.name for d in self.devices.all_devices if d.name in used or d in self.devices.devices]
+
     def ops_on(self, device: str) -> list[str]:
         """Names of the ops placed on ``device``."""
         return [op for op, d in self.assignment.items() if d == device]
@@ -129,7 +138,7 @@ class Placement:
         exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
-        names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
+        names = self.device_names
         capacity = {d.name: d.memory for d in self.devices.devices}
         rows = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
         for name in names:
