@@ -137,90 +137,65 @@ def estimate_costs(
     -------
     CostEstimate
     """
-    with quiet(not progress):
-        return _estimate_costs(
-            graph,
-            fetches,
-            feed_fn,
-            batch_size,
-            profile_batch_sizes=profile_batch_sizes,
-            init_op=init_op,
-            warmup_steps=warmup_steps,
-            traced_steps=traced_steps,
-            cache_dir=cache_dir,
-            config=config,
-            refine_on=refine_on,
-        )
-
-
-def _estimate_costs(
-    graph: Any,
-    fetches: Any,
-    feed_fn: FeedFunction,
-    batch_size: int,
-    *,
-    profile_batch_sizes: Sequence[int],
-    init_op: Any,
-    warmup_steps: int,
-    traced_steps: int,
-    cache_dir: str | os.PathLike[str] | None,
-    config: Any,
-    refine_on: DeviceSet | None,
-) -> CostEstimate:
     from tfplace.estimator.profiler import profile_graph
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.tf_graph.importer import import_graph, load_graph
 
-    if batch_size < 1:
-        raise ValueError(f"the target batch size must be positive, got {batch_size}")
-    tf_graph = load_graph(graph)
-    imported = import_graph(tf_graph, fetches)
-    note(
-        "tfplace: profiling %s ops of the step at batch sizes %s",
-        f"{len(imported.step_ops):,}",
-        list(profile_batch_sizes),
-    )
-    started = time.perf_counter()
-    profile = profile_graph(
-        tf_graph,
-        fetches,
-        feed_fn,
-        profile_batch_sizes,
-        warmup_steps=warmup_steps,
-        traced_steps=traced_steps,
-        config=config,
-        init_op=init_op,
-        cache_dir=cache_dir,
-    )
-    note("tfplace: profile %s", _profile_source(profile, time.perf_counter() - started))
-    if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
-        raise ValueError(
-            f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
+    with quiet(not progress):
+        if batch_size < 1:
+            raise ValueError(f"the target batch size must be positive, got {batch_size}")
+        tf_graph = load_graph(graph)
+        imported = import_graph(tf_graph, fetches)
+        note(
+            "tfplace: profiling %s ops of the step at batch sizes %s",
+            f"{len(imported.step_ops):,}",
+            list(profile_batch_sizes),
         )
-    regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
-    costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
-    filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
-    for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
-        filled.nodes[op]["flops"] = float(flops)
-    filled.graph.update(
-        name=imported.cost_graph.graph.get("name") or "graph",
-        batch_size=batch_size,
-        source="tensorflow",
-        profile_key=profile.key,
-        profile_batch_sizes=list(profile.batch_sizes),
-        estimated_ops=list(profile.estimated_ops),
-    )
-    refinement = None
-    if refine_on is not None:
-        from tfplace.estimator.refine import refine_costs
+        started = time.perf_counter()
+        profile = profile_graph(
+            tf_graph,
+            fetches,
+            feed_fn,
+            profile_batch_sizes,
+            warmup_steps=warmup_steps,
+            traced_steps=traced_steps,
+            config=config,
+            init_op=init_op,
+            cache_dir=cache_dir,
+        )
+        note("tfplace: profile %s", _profile_source(profile, time.perf_counter() - started))
+        if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
+            raise ValueError(
+                f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
+            )
+        regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
+        costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
+        filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
+        for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
+            filled.nodes[op]["flops"] = float(flops)
+        filled.graph.update(
+            name=imported.cost_graph.graph.get("name") or "graph",
+            batch_size=batch_size,
+            source="tensorflow",
+            profile_key=profile.key,
+            profile_batch_sizes=list(profile.batch_sizes),
+            estimated_ops=list(profile.estimated_ops),
+        )
+        refinement = None
+        if refine_on is not None:
+            from tfplace.estimator.refine import refine_costs
 
-        refinement = refine_costs(
-            tf_graph, fetches, feed_fn, filled, imported.cost_graph, refine_on, init_op=init_op
+            refinement = refine_costs(
+                tf_graph, fetches, feed_fn, filled, imported.cost_graph, refine_on, init_op=init_op
+            )
+            filled = refinement.cost_graph
+        return CostEstimate(
+            cost_graph=filled,
+            imported=imported,
+            profile=profile,
+            regression=regression,
+            refinement=refinement,
         )
-        filled = refinement.cost_graph
-    return CostEstimate(
-        cost_graph=filled, imported=imported, profile=profile, regression=regression, refinement=refinement
-    )
 
 
 def _profile_source(profile: Any, seconds: float) -> str:
