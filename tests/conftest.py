@@ -1,9 +1,11 @@
 """Fixtures shared by several test modules."""
 
 import json
+import types
 from pathlib import Path
 
 import pytest
+from absl import flags, logging
 
 from helpers import feed_function
 
@@ -29,3 +31,17 @@ def load_saved_graph(saved_graphs):
         return load_graph(TEST_DATA / entry["file"]), entry, feeds
 
     return load
+
+
+@pytest.fixture
+def python_program(monkeypatch):
+    """What a Python program that never configured absl sees: absl's flags not parsed (whatever
+    other tests of this process parsed), absl's default WARNING verbosity, no ``TFPLACE_QUIET``."""
+    from tfplace.core import progress
+
+    monkeypatch.setattr(progress, "flags", types.SimpleNamespace(FLAGS=flags.FlagValues()))
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    before = logging.get_verbosity()
+    logging.set_verbosity(logging.WARNING)
+    yield
+    logging.set_verbosity(before)

@@ -162,3 +162,54 @@ def test_device_names_need_memory_and_a_device_set_needs_none():
     assert len(devices) == 2 and as_device_set(devices, None) is devices
     with pytest.raises(DeviceError, match="inside the DeviceSet"):
         as_device_set(devices, "16GB")
+
+
+@pytest.mark.parametrize("fetch", ["trian_op", "loss:1x"])
+def test_a_misspelt_fetch_in_python_gets_the_closest_op_like_on_the_command_line(
+    load_saved_graph, tmp_path, fetch
+):
+    from tfplace import place
+
+    graph, entry, _ = load_saved_graph("cnn")
+    expected = "train_op" if fetch == "trian_op" else "loss"
+
+    with pytest.raises(ValueError, match=rf"did you mean '{expected}'\?"):
+        place(graph, fetch, feed_function(entry), "/device:CPU:0-1", memory="1GB", batch_size=8,
+              cache_dir=tmp_path, progress=False)  # fmt: skip
+
+
+@pytest.mark.tensorflow
+def test_gpus_placed_with_unconverted_op_times_warn_in_python_as_on_the_command_line(caplog):
+    from tfplace.api import place_costs
+    from tfplace.core.synthetic import layered_training_graph
+
+    graph = layered_training_graph(40, seed=1)
+    gpus = DeviceSet.parse("/device:GPU:0-1", "1GB")
+
+    measured = place_costs(graph, gpus, placer="m_etf", progress=False)
+    converted = place_costs(graph, gpus, placer="m_etf", target_device="V100-32GB", progress=False)
+    cpus = place_costs(graph, DeviceSet.parse("/device:CPU:0-1", "1GB"), placer="m_etf", progress=False)
+
+    (warning,) = [w for w in measured.warnings if "target_device" in w]
+    assert warning.startswith("the op times are those measured where the graph was profiled")
+    assert "V100-32GB" in warning and f"warning: {warning}" in measured.summary()
+    assert not [w for w in converted.warnings + cpus.warnings if "target_device" in w]
+
+
+def test_running_a_gpu_placement_on_a_machine_without_gpus_is_a_value_error_naming_the_devices(
+    load_saved_graph,
+):
+    import tensorflow as tf
+
+    from tfplace.core.placement import Placement
+    from tfplace.runner import run_placement
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    graph, entry, _ = load_saved_graph("cnn")
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    ops = [op.name for op in graph.get_operations()]
+    placement = Placement(dict.fromkeys(ops, "/device:GPU:1"), devices)
+
+    with pytest.raises(ValueError, match=r"uses GPU devices but this machine has none \(/device:GPU:1\)"):
+        run_placement(graph, placement, entry["train_op"], feed_function(entry), batch_size=4, steps=1)

@@ -28,6 +28,15 @@ MAY_IMPORT = {
         "tfplace.estimator",
         "tfplace",
     },
+    "tfplace.cli": {
+        "tfplace.core",
+        "tfplace.simulator",
+        "tfplace.placer",
+        "tfplace.tf_graph",
+        "tfplace.estimator",
+        "tfplace",
+        "tfplace.cli",
+    },
 }
 """Layer -> the layers its modules may import (docs/architecture.md). A module belongs to the
 longest layer its name starts with: ``tfplace`` itself is the top (API, CLI, runner, plots)."""
@@ -47,7 +56,13 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(path): path for path in sorted(PACKAGE_ROOT.rglob("*.py"))}
 
 
+ENTRY_POINTS = {"tfplace.__main__": "tfplace.cli"}
+"""Modules that only start a program (``python -m tfplace``): they belong to the layer they start."""
+
+
 def _layer(module: str) -> str:
+    if module in ENTRY_POINTS:
+        return ENTRY_POINTS[module]
     return max((layer for layer in MAY_IMPORT if module == layer or module.startswith(layer + ".")), key=len)
 
 

@@ -498,3 +498,44 @@ def test_a_feed_function_that_ignores_the_batch_size_is_refused_before_profiling
     with pytest.raises(ValueError, match=r"same shapes for batch sizes \[1, 2\]"):
         profile_graph(graph, entry["train_op"], lambda batch_size: feeds, [1, 2], cache_dir=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def one_shot_iterator_graph(iterator_batch: int):
+    """A TF1 training step whose inputs come from a one-shot ``tf.data`` iterator of fixed batches."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        rows = np.arange(4 * 64, dtype=np.float32).reshape(64, 4)
+        dataset = tf.data.Dataset.from_tensor_slices(rows).repeat().batch(iterator_batch)
+        batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next(name="next_batch")
+        weights = tf.compat.v1.get_variable("w", [4, 2])
+        loss = tf.reduce_mean(tf.square(tf.matmul(batch, weights)), name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train_op")
+    return graph, train
+
+
+@pytest.mark.tensorflow
+def test_an_iterator_that_ignores_the_batch_asked_for_is_refused_naming_the_batch_it_ran(tmp_path):
+    from tfplace import place
+
+    graph, train = one_shot_iterator_graph(iterator_batch=8)
+
+    message = (
+        r"iterator 'next_batch', which ran batches of 8 when batch 1 was asked for.*profile_batch_sizes=\[8\]"
+    )
+    with pytest.raises(ValueError, match=message):
+        place(graph, train, lambda b: {}, "/device:CPU:0-1", memory="1GB", batch_size=64,
+              profile_batch_sizes=[1, 2], cache_dir=tmp_path, **FAST)  # fmt: skip
+    assert not list(tmp_path.iterdir())  # nothing cached
+
+
+@pytest.mark.tensorflow
+def test_an_iterator_profiled_at_its_own_batch_is_accepted(tmp_path):
+    from tfplace.estimator.profiler import profile_graph
+
+    graph, train = one_shot_iterator_graph(iterator_batch=8)
+
+    profile = profile_graph(graph, train, lambda b: {}, [8], cache_dir=None, **FAST)
+
+    assert profile.batch_sizes == (8,)

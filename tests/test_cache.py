@@ -1,6 +1,7 @@
 """The profile cache: hits skip TensorFlow, any change to the graph misses, writes are atomic."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -138,3 +139,36 @@ def test_the_key_changes_with_any_setting():
     assert base == profile_key(_FakeGraphDef(), {"traced_steps": 5, "batch_sizes": [1, 2]})
     assert base != profile_key(graph_def, {"batch_sizes": [1, 2, 4], "traced_steps": 5})
     assert base != profile_key(_FakeGraphDef(b"other"), {"batch_sizes": [1, 2], "traced_steps": 5})
+
+
+@pytest.mark.tensorflow
+def test_an_empty_cache_dir_means_no_cache_in_python_as_on_the_command_line(tmp_path, monkeypatch):
+    from tfplace.api import estimate_costs
+
+    monkeypatch.chdir(tmp_path)
+    graph, loss = small_graph()
+
+    estimate = estimate_costs(graph, loss, feeds, 4, profile_batch_sizes=(1, 2), cache_dir="", progress=False)
+
+    assert not estimate.profile.from_cache
+    assert list(tmp_path.iterdir()) == []  # nothing written into the working directory
+
+
+@pytest.mark.tensorflow
+def test_a_cached_profile_says_how_long_reading_it_took_and_that_measuring_took_longer_then(
+    tmp_path, capsys, python_program
+):
+    from tfplace.api import estimate_costs
+
+    graph, loss = small_graph()
+    options = {"profile_batch_sizes": (1, 2), "warmup_steps": 0, "traced_steps": 1, "cache_dir": tmp_path}
+    estimate_costs(graph, loss, feeds, 4, **options)
+    measured = capsys.readouterr().err
+    estimate_costs(graph, loss, feeds, 4, **options)
+    read = capsys.readouterr().err
+
+    assert re.search(r"tfplace: profile measured in [\d.]+ s\n", measured)
+    assert re.search(
+        r"tfplace: profile read from the cache in [\d.]+ s \(measured in [\d.]+ s when it was stored\)\n",
+        read,
+    )

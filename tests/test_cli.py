@@ -341,6 +341,26 @@ def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_de
 
 
 @pytest.mark.tensorflow
+def test_run_prints_the_fetched_scalars_of_every_step(cnn_costs, tmp_path, capsys):
+    placement_path = tmp_path / "placement.json"
+    placed = ("--cost_graph", cnn_costs, "--devices=/device:CPU:0-1", "--memory=1GB", "--placer=m_etf")
+    assert tfplace_command("place", "--graph", CNN, *placed, f"--placement_out={placement_path}") == 0
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", placement_path, "--fetch=train_op,loss:0",
+        "--batch_size=8", "--steps=2", "--warmup_steps=1",
+    )  # fmt: skip
+
+    assert status == 0
+    out = capsys.readouterr().out.split("fetched scalars per step:\n")[1].splitlines()
+    assert out[0].split() == ["step", "phase", "loss:0"]
+    rows = [line.split() for line in out[2:6]]
+    assert [row[:2] for row in rows] == [["1", "warm-up"], ["2", "timed"], ["3", "timed"], ["4", "traced"]]
+    assert all(float(row[2]) > 0 for row in rows)  # a cross-entropy loss
+
+
+@pytest.mark.tensorflow
 def test_run_refuses_a_gpu_placement_on_a_machine_without_gpus(tmp_path, capsys):
     import tensorflow as tf
 
@@ -373,3 +393,27 @@ def test_without_tensorflow_a_command_that_needs_it_says_how_to_install_it(monke
         error_line(capsys)
         == "tfplace profile: error: this needs TensorFlow: pip install 'tfplace[cpu]' (or 'tfplace[gpu]')"
     )
+
+
+def test_place_and_simulate_say_which_device_runs_out_of_memory_in_the_simulated_step(tmp_path, capsys):
+    from tfplace.core.costgraph import save_json
+    from tfplace.core.synthetic import layered_training_graph
+
+    graph = layered_training_graph(60, seed=3)
+    save_json(graph, tmp_path / "costs.json")
+    persistent = sum(attrs["persistent_bytes"] for _, attrs in graph.nodes(data=True))
+    place_args = ("--devices=/device:GPU:0-1", f"--memory={persistent // 3}B", "--placer=celeritas")
+
+    assert tfplace_command("place", "--cost_graph", tmp_path / "costs.json", *place_args,
+                           f"--placement_out={tmp_path / 'p.json'}") == 0  # fmt: skip
+    placed = capsys.readouterr().out
+    assert (
+        tfplace_command(
+            "simulate", "--cost_graph", tmp_path / "costs.json", "--placement", tmp_path / "p.json"
+        )
+        == 0
+    )
+    simulated = capsys.readouterr().out
+
+    for out in (placed, simulated):
+        assert "runs out of memory in the simulated step" in out and "% OVER)" in out

@@ -61,8 +61,22 @@ def test_on_a_terminal_the_steps_redraw_one_line_that_is_cleared_at_the_end(verb
     assert messages(caplog)[-1].startswith("calibrating: 3/3 done in ")
 
 
-def test_below_info_verbosity_there_is_neither_a_line_nor_a_record(verbosity, caplog):
-    verbosity(logging.WARNING)
+def parsed_absl_flags(monkeypatch, *argv):
+    """absl's logging flags parsed from ``argv``, as an absl program (the ``tfplace`` command) has them."""
+    values = flags.FlagValues()
+    flags.DEFINE_boolean("logtostderr", False, "", flag_values=values)
+    flags.DEFINE_boolean("alsologtostderr", False, "", flag_values=values)
+    flags.DEFINE_string("stderrthreshold", "fatal", "", flag_values=values)
+    values(["program", *argv])
+    monkeypatch.setattr(progress, "flags", types.SimpleNamespace(FLAGS=values))
+    return values
+
+
+def test_in_an_absl_program_below_info_verbosity_there_is_neither_a_line_nor_a_record(
+    verbosity, caplog, monkeypatch
+):
+    parsed_absl_flags(monkeypatch)
+    verbosity(logging.WARNING)  # tfplace ... --verbosity=-1
     caplog.set_level(std_logging.DEBUG)
     terminal = Terminal()
     with Progress("running", total=2, stream=terminal) as steps:
@@ -90,12 +104,7 @@ def test_with_a_log_file_the_live_line_is_drawn_only_if_stderrthreshold_lets_inf
     verbosity, monkeypatch, threshold, shown
 ):
     verbosity(logging.INFO)
-    values = flags.FlagValues()
-    flags.DEFINE_boolean("logtostderr", False, "", flag_values=values)
-    flags.DEFINE_boolean("alsologtostderr", False, "", flag_values=values)
-    flags.DEFINE_string("stderrthreshold", "fatal", "", flag_values=values)
-    values(["program", f"--stderrthreshold={threshold}"])
-    monkeypatch.setattr(progress, "flags", types.SimpleNamespace(FLAGS=values))
+    parsed_absl_flags(monkeypatch, f"--stderrthreshold={threshold}")
     monkeypatch.setattr(logging.get_absl_handler().python_handler, "stream", io.StringIO())  # a log file
 
     assert info_reaches_stderr() is shown
@@ -112,3 +121,64 @@ def test_track_yields_every_item_and_reports_a_step_after_each(verbosity, caplog
 
     assert seen == [10, 20, 30]
     assert messages(caplog)[:3] == ["sizes: 1/3 (10 bytes)", "sizes: 2/3 (20 bytes)", "sizes: 3/3 (30 bytes)"]
+
+
+def test_in_a_python_program_steps_are_written_to_stderr_by_default_first_step_and_the_end(
+    python_program, capsys
+):
+    stream = io.StringIO()
+    with Progress("profiling traced steps", total=3, stream=stream) as steps:
+        for batch in (1, 2, 4):
+            steps.advance(f"batch {batch}")
+    progress.note("tfplace: placing %d ops", 12)
+
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("tfplace: profiling traced steps: 1/3 (batch 1)")
+    assert lines[-1].startswith("tfplace: profiling traced steps: 3/3 done in ")
+    assert len(lines) == 2  # a fast task: no line a second
+    assert capsys.readouterr().err == "tfplace: placing 12 ops\n"
+
+
+def test_on_a_slow_stream_a_step_line_is_written_once_the_interval_has_passed(python_program, monkeypatch):
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
+    stream = io.StringIO()
+    with Progress("running steps", total=3, stream=stream) as steps:
+        for _ in range(3):
+            steps.advance()
+
+    assert [line.split("  ")[0].split(" done in ")[0] for line in stream.getvalue().splitlines()] == [
+        "tfplace: running steps: 1/3",
+        "tfplace: running steps: 2/3",
+        "tfplace: running steps: 3/3",
+        "tfplace: running steps: 3/3",
+    ]
+    assert " done in " in stream.getvalue().splitlines()[-1]
+
+
+def test_in_a_python_program_a_terminal_gets_one_redrawn_line_then_the_end(python_program):
+    terminal = Terminal()
+    with Progress("auto: simulated placements", total=2, stream=terminal) as steps:
+        steps.advance("metis")
+        steps.advance("single")
+
+    drawn = terminal.getvalue()
+    assert "\r\033[Ktfplace: auto: simulated placements: 2/2 (single)" in drawn
+    assert drawn.rpartition("\r\033[K")[2].startswith("tfplace: auto: simulated placements: 2/2 done in ")
+
+
+@pytest.mark.parametrize("switch", ["environment", "quiet"])
+def test_one_switch_silences_progress_tfplace_quiet_or_progress_false(
+    python_program, monkeypatch, capsys, switch
+):
+    stream = Terminal()
+    if switch == "environment":
+        monkeypatch.setenv("TFPLACE_QUIET", "1")
+        context = progress.quiet(False)
+    else:
+        context = progress.quiet()
+    with context, Progress("running steps", total=2, stream=stream) as steps:
+        steps.advance()
+        steps.advance()
+        progress.note("tfplace: a stage")
+
+    assert stream.getvalue() == "" and capsys.readouterr().err == ""

@@ -109,3 +109,87 @@ def test_an_estimate_above_capacity_is_explained_when_the_placer_judged_memory_b
         if noted
         else []
     )
+
+
+def _simulated_peaks(graph, devices, placer):
+    from tfplace.placer import place_cost_graph
+
+    placement = place_cost_graph(graph, devices, placer)
+    over = {d.name for d in devices.devices if placement.peak_memory.get(d.name, 0) > d.memory}
+    return placement, over
+
+
+@pytest.mark.parametrize(
+    "placer", ["celeritas", "order_place", "dfs_topo", "m_topo", "single", "m_etf", "m_sct", "metis", "auto"]
+)
+def test_every_placer_warns_about_each_device_whose_simulated_peak_exceeds_its_memory(placer):
+    from tfplace.core.synthetic import layered_training_graph
+
+    graph = layered_training_graph(60, seed=3)
+    persistent = sum(attrs["persistent_bytes"] for _, attrs in graph.nodes(data=True))
+    devices = DeviceSet.parse("/device:GPU:0-1", persistent // 3)  # the variables alone do not fit
+
+    placement, over = _simulated_peaks(graph, devices, placer)
+
+    assert over  # no placement fits: a device overflows in the simulated step
+    for device in over:
+        (warning,) = [w for w in placement.warnings if w.startswith(f"{device} runs out of memory")]
+        assert f"peak {placement.peak_memory[device]:,} bytes of its {devices.devices[0].memory:,}" in warning
+        assert f"warning: {warning}" in placement.summary()
+
+
+def test_a_peak_just_above_capacity_is_marked_over_and_never_shown_as_100_percent():
+    devices = DeviceSet.parse("/device:GPU:0-1", 272_000_000)
+    placement = Placement(
+        {"a": "/device:GPU:0", "b": "/device:GPU:1"},
+        devices,
+        peak_memory={"/device:GPU:0": 272_343_789, "/device:GPU:1": 272_000_001},
+    )
+
+    lines = placement.summary().splitlines()
+
+    assert "(100.1% OVER)" in lines[2] and "(>100% OVER)" in lines[3]
+    assert "(100%)" not in placement.summary()
+    assert [line.split(":")[1].strip() for line in lines if line.startswith("warning:")] == [
+        "/device",
+        "/device",
+    ]
+    assert (
+        "warning: /device:GPU:0 runs out of memory in the simulated step: peak 272,343,789 bytes" in lines[-2]
+    )
+
+
+def test_resimulating_a_placement_replaces_its_out_of_memory_warnings_instead_of_repeating_them():
+    graph = chain_graph([1.0, 1.0], [10], memory=[600, 600])
+    devices = DeviceSet.parse("/device:GPU:0", 1000, intra_host=UNIT_LINK)
+    placement = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0"}, devices, warnings=["placer note"])
+
+    once = placement.with_simulation(simulate(graph, placement.assignment, devices))
+    twice = once.with_simulation(simulate(graph, placement.assignment, devices))
+
+    assert twice.warnings == once.warnings
+    assert (
+        twice.warnings[0] == "placer note" and "runs out of memory in the simulated step" in twice.warnings[1]
+    )
+
+
+def test_the_op_count_says_whether_it_counts_the_whole_graph_or_the_step():
+    graph = chain_graph([1.0, 1.0], [10])
+    devices = DeviceSet.parse("/device:GPU:0", "1GB")
+    whole = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0", "init": "/device:GPU:0"}, devices)
+    whole.cost_graph = graph
+    step = Placement({"o0": "/device:GPU:0", "o1": "/device:GPU:0"}, devices, cost_graph=graph)
+
+    assert "placed 3 ops of the graph (2 in the step) in" in whole.summary()
+    assert "placed 2 ops of the step in" in step.summary()
+    assert "placed 2 ops in" in Placement(dict(step.assignment), devices).summary()
+
+
+def test_a_fallback_cpu_holding_ops_is_among_the_placements_device_names_as_in_its_summary():
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    (fallback,) = devices.fallback_cpus  # where a tf.data iterator goes on a GPU-only set
+    placement = Placement({"matmul": "/device:GPU:0", "next_batch": fallback.name}, devices)
+
+    assert placement.device_names == ["/device:GPU:0", "/device:GPU:1", fallback.name]
+    assert [line.split()[0] for line in placement.summary().splitlines()[2:5]] == placement.device_names
+    assert fallback in placement.devices.all_devices

@@ -28,9 +28,10 @@ import networkx as nx
 from absl import logging
 
 from tfplace.core.costgraph import CostGraph
-from tfplace.core.device_model import DeviceModel, convert_graph, device_model
+from tfplace.core.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model
 from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.core.placement import Placement
+from tfplace.core.progress import note, quiet
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -41,6 +42,7 @@ __all__ = [
     "place",
     "place_costs",
     "place_remaining_ops",
+    "unconverted_times_warning",
 ]
 
 DEFAULT_CACHE_DIR = os.path.join(".tfplace_cache", "profiles")
@@ -102,6 +104,7 @@ def estimate_costs(
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
     config: Any = None,
     refine_on: DeviceSet | None = None,
+    progress: bool = True,
 ) -> CostEstimate:
     """Standard Evaluation (Celeritas section 4.2.1): the step's costs at ``batch_size``.
 
@@ -123,10 +126,13 @@ def estimate_costs(
     init_op, warmup_steps, traced_steps, config
         See :func:`tfplace.estimator.profile_graph`.
     cache_dir : path or None
-        Profile cache; ``None`` always measures.
+        Profile cache; ``None`` or ``""`` always measures (as ``--cache_dir=`` on the CLI).
     refine_on : DeviceSet, optional
         Devices to run the target batch on for step 2 (virtual CPUs, loopback workers); ``None``
         keeps step 1's predictions.
+    progress : bool
+        Show the stages and the progress of profiling on standard error (:mod:`tfplace.core.progress`;
+        ``TFPLACE_QUIET=1`` silences every call).
 
     Returns
     -------
@@ -136,59 +142,71 @@ def estimate_costs(
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.tf_graph.importer import import_graph, load_graph
 
-    if batch_size < 1:
-        raise ValueError(f"the target batch size must be positive, got {batch_size}")
-    tf_graph = load_graph(graph)
-    imported = import_graph(tf_graph, fetches)
-    logging.info(
-        "tfplace: profiling %d ops at batch sizes %s", len(imported.step_ops), list(profile_batch_sizes)
-    )
-    profile = profile_graph(
-        tf_graph,
-        fetches,
-        feed_fn,
-        profile_batch_sizes,
-        warmup_steps=warmup_steps,
-        traced_steps=traced_steps,
-        config=config,
-        init_op=init_op,
-        cache_dir=cache_dir,
-    )
-    logging.info(
-        "tfplace: profile %s (%.1f s)",
-        "read from the cache" if profile.from_cache else "measured",
-        profile.profiling_seconds,
-    )
-    if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
-        raise ValueError(
-            f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
+    with quiet(not progress):
+        if batch_size < 1:
+            raise ValueError(f"the target batch size must be positive, got {batch_size}")
+        tf_graph = load_graph(graph)
+        imported = import_graph(tf_graph, fetches)
+        note(
+            "tfplace: profiling %s ops of the step at batch sizes %s",
+            f"{len(imported.step_ops):,}",
+            list(profile_batch_sizes),
         )
-    regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
-    costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
-    filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
-    for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
-        filled.nodes[op]["flops"] = float(flops)
-    filled.graph.update(
-        name=imported.cost_graph.graph.get("name") or "graph",
-        batch_size=batch_size,
-        source="tensorflow",
-        profile_key=profile.key,
-        profile_batch_sizes=list(profile.batch_sizes),
-        estimated_ops=list(profile.estimated_ops),
-    )
-    refinement = None
-    if refine_on is not None:
-        from tfplace.estimator.refine import refine_costs
-        from tfplace.runner import run_placement
+        started = time.perf_counter()
+        profile = profile_graph(
+            tf_graph,
+            fetches,
+            feed_fn,
+            profile_batch_sizes,
+            warmup_steps=warmup_steps,
+            traced_steps=traced_steps,
+            config=config,
+            init_op=init_op,
+            cache_dir=cache_dir,
+        )
+        note("tfplace: profile %s", _profile_source(profile, time.perf_counter() - started))
+        if len(profile.batch_sizes) == 1 and profile.batch_sizes[0] != batch_size:
+            raise ValueError(
+                f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
+            )
+        regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
+        costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
+        filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
+        for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
+            filled.nodes[op]["flops"] = float(flops)
+        filled.graph.update(
+            name=imported.cost_graph.graph.get("name") or "graph",
+            batch_size=batch_size,
+            source="tensorflow",
+            profile_key=profile.key,
+            profile_batch_sizes=list(profile.batch_sizes),
+            estimated_ops=list(profile.estimated_ops),
+        )
+        refinement = None
+        if refine_on is not None:
+            from tfplace.estimator.refine import refine_costs
+            from tfplace.runner import run_placement
 
-        measured_on = measurement_placement(filled, imported.cost_graph, refine_on)
-        refinement = refine_costs(
-            tf_graph, fetches, feed_fn, filled, measured_on, run_placement, init_op=init_op
+            measured_on = measurement_placement(filled, imported.cost_graph, refine_on)
+            refinement = refine_costs(
+                tf_graph, fetches, feed_fn, filled, measured_on, run_placement, init_op=init_op
+            )
+            filled = refinement.cost_graph
+        return CostEstimate(
+            cost_graph=filled,
+            imported=imported,
+            profile=profile,
+            regression=regression,
+            refinement=refinement,
         )
-        filled = refinement.cost_graph
-    return CostEstimate(
-        cost_graph=filled, imported=imported, profile=profile, regression=regression, refinement=refinement
-    )
+
+
+def _profile_source(profile: Any, seconds: float) -> str:
+    """Where a profile came from: ``"measured in 12.3 s"`` or ``"read from the cache in 0.2 s
+    (measured in 12.3 s when it was stored)"``; ``seconds`` is how long getting it took now."""
+    if profile.from_cache:
+        return f"read from the cache in {seconds:.1f} s (measured in {profile.profiling_seconds:.1f} s when it was stored)"
+    return f"measured in {profile.profiling_seconds:.1f} s"
 
 
 def _step_graph(structure: nx.DiGraph, step_ops: frozenset[str]) -> CostGraph:
@@ -244,6 +262,7 @@ def place(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    progress: bool = True,
     **estimate_options: Any,
 ) -> Placement:
     """Measure ``graph``, place every op on ``devices`` for ``batch_size``, and return the placement.
@@ -263,6 +282,9 @@ def place(
         Memory of each device (``"32GB"``), when ``devices`` are names.
     placer, placer_options, target_device, simulate
         See :func:`place_costs`.
+    progress : bool
+        Show each stage (profiling, placing) and the progress of the long ones on standard error;
+        ``False``, or ``TFPLACE_QUIET=1`` in the environment, keeps the call silent but for warnings.
     **estimate_options
         ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
         ``config``, ``refine_on``: see :func:`estimate_costs`.
@@ -281,17 +303,18 @@ def place(
     """
     device_set = as_device_set(devices, memory)
     started = time.perf_counter()
-    estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
-    placement = place_costs(
-        estimate.cost_graph,
-        device_set,
-        structure=estimate.imported.cost_graph,
-        placer=placer,
-        placer_options=placer_options,
-        target_device=target_device,
-        simulate=simulate,
-    )
-    logging.info("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
+    with quiet(not progress):
+        estimate = estimate_costs(graph, fetches, feed_fn, batch_size, **estimate_options)
+        placement = place_costs(
+            estimate.cost_graph,
+            device_set,
+            structure=estimate.imported.cost_graph,
+            placer=placer,
+            placer_options=placer_options,
+            target_device=target_device,
+            simulate=simulate,
+        )
+        note("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
     return placement
 
 
@@ -304,6 +327,7 @@ def place_costs(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    progress: bool = True,
 ) -> Placement:
     """Place a profiled step (a cost graph) on ``devices``; with ``structure``, the whole graph.
 
@@ -328,6 +352,8 @@ def place_costs(
         device model (``"V100-32GB"``, ...) that turns measured times into the target's.
     simulate : bool
         Fill the estimated step time, peak memory and utilization from the simulator.
+    progress : bool
+        Show the stage and ``auto``'s search on standard error (see :func:`place`).
 
     Returns
     -------
@@ -341,11 +367,22 @@ def place_costs(
         model = device_model(target_device) if isinstance(target_device, str) else target_device
         cost_graph = convert_graph(cost_graph, model)
     cost_graph.set_transfer_model(devices.typical_link)
-    logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(devices), name)
-    placement = place_cost_graph(cost_graph, devices, name, simulate=simulate, **dict(placer_options or {}))
+    with quiet(not progress):
+        note(
+            "tfplace: placing %s ops of the step on %d devices with %s",
+            f"{len(cost_graph):,}",
+            len(devices),
+            name,
+        )
+        placement = place_cost_graph(
+            cost_graph, devices, name, simulate=simulate, **dict(placer_options or {})
+        )
     if structure is not None:
         placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     placement.cost_graph = cost_graph
+    unconverted = unconverted_times_warning(cost_graph, devices)
+    if unconverted:
+        placement.warnings.append(unconverted)
     for warning in placement.warnings:
         logging.warning("tfplace: %s", warning)
     return placement
@@ -362,6 +399,17 @@ def measurement_placement(estimated: CostGraph, structure: nx.DiGraph, devices: 
     placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False)
     placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     return placement
+
+
+def unconverted_times_warning(cost_graph: CostGraph, devices: DeviceSet) -> str:
+    """The warning for GPUs placed with op times no device model converted (``""`` otherwise):
+    the times are those of wherever the graph was profiled, a CPU here."""
+    if "GPU" not in {device.kind for device in devices} or cost_graph.graph.get("device_model"):
+        return ""
+    return (
+        "the op times are those measured where the graph was profiled; if that was not the target GPU, "
+        f"give target_device (--target_device on the command line): {', '.join(DEVICE_MODELS)}"
+    )
 
 
 def place_remaining_ops(

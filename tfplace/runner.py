@@ -32,7 +32,8 @@ from absl import logging
 from tfplace.core.costgraph import atomic_write_text
 from tfplace.core.devices import DeviceName
 from tfplace.core.placement import Placement
-from tfplace.core.progress import Progress
+from tfplace.core.progress import Progress, quiet
+from tfplace.tf_graph.native_log import filtered_native_stderr
 
 __all__ = ["RunReport", "run_placement", "session_target_kind", "simulated_trace_path"]
 
@@ -145,6 +146,7 @@ def run_placement(
     trace_path: str | os.PathLike[str] | None = None,
     traced_steps: int = 1,
     config: Any = None,
+    progress: bool = True,
 ) -> RunReport:
     """Run ``graph`` placed by ``placement`` and time its steps.
 
@@ -182,6 +184,8 @@ def run_placement(
         Session config. By default soft placement is off (a misplaced op is an error) and so is
         Grappler's remapper, which fuses ops across devices; in-process, one virtual CPU per
         ``/device:CPU:i`` of the placement.
+    progress : bool
+        Show the steps as they run on standard error (:mod:`tfplace.core.progress`).
 
     Returns
     -------
@@ -190,7 +194,8 @@ def run_placement(
     Raises
     ------
     ValueError
-        Bad step counts, feeds, or devices no session here can create.
+        Bad step counts, feeds, or devices no session here can create (a GPU placement run
+        in-process on a machine without GPUs names the missing devices).
     tfplace.core.placement.PlacementError
         The placement misses ops of the graph or splits a co-location group.
     """
@@ -200,10 +205,12 @@ def run_placement(
         raise ValueError(
             f"need steps >= 1, warmup_steps >= 0, traced_steps >= 1; got {steps}, {warmup_steps}, {traced_steps}"
         )
+    if cluster is None and session_target_kind(placement) == "in_process":
+        check_local_devices(placement)
     placed_graph, run_fetches, feeds, initializer = _placed_copy(
         graph, placement, fetches, feed_fn(batch_size), init_op
     )
-    run = _Run(steps, warmup_steps, traced_steps)
+    run = _Run(steps, warmup_steps, traced_steps, progress)
     if cluster is not None:
         target = cluster if isinstance(cluster, str) else cluster.target
         run.execute(target, placed_graph, run_fetches, feeds, initializer, config or _remote_config())
@@ -246,6 +253,22 @@ def _placed_copy(
     return placed, by_name, arrays, initializer
 
 
+def check_local_devices(placement: Placement) -> None:
+    """Refuse, naming them, the placement's devices of kinds this machine lacks (GPUs on a CPU-only
+    machine), before a session fails on them with TensorFlow's own error."""
+    import tensorflow as tf
+
+    by_kind: dict[str, set[str]] = {}
+    for device in placement.assignment.values():
+        by_kind.setdefault(DeviceName.parse(device).kind, set()).add(device)
+    for kind, names in sorted(by_kind.items()):
+        if kind != "CPU" and not tf.config.list_physical_devices(kind):
+            raise ValueError(
+                f"the placement uses {kind} devices but this machine has none ({', '.join(sorted(names))}): "
+                "to try it here, place on virtual CPUs (/device:CPU:0-3) or run it on a cluster that has them"
+            )
+
+
 def _local_config(placement: Placement) -> Any:
     from tfplace.tf_graph.session import virtual_cpu_config
 
@@ -265,7 +288,8 @@ def _remote_config() -> Any:
 class _Run:
     """The steps of one run and what they measured."""
 
-    def __init__(self, steps: int, warmup_steps: int, traced_steps: int) -> None:
+    def __init__(self, steps: int, warmup_steps: int, traced_steps: int, progress: bool = True) -> None:
+        self.progress = progress
         self.steps = steps
         self.warmup_steps = warmup_steps
         self.traced_steps = traced_steps
@@ -286,6 +310,7 @@ class _Run:
         total = sum(count for _, count in phases)
         with (
             tf.compat.v1.Session(target, graph=graph, config=config) as session,
+            quiet(not self.progress),
             Progress("running steps", total) as progress,
         ):
             session.run(initializer)
@@ -295,7 +320,10 @@ class _Run:
                         (trace, tf.compat.v1.RunMetadata()) if phase == "traced" else (None, None)
                     )
                     start = time.perf_counter()
-                    self.values.append(session.run(fetches, feeds, options=options, run_metadata=metadata))
+                    with filtered_native_stderr():
+                        self.values.append(
+                            session.run(fetches, feeds, options=options, run_metadata=metadata)
+                        )
                     seconds = time.perf_counter() - start
                     self.seconds[phase].append(seconds)
                     if metadata is not None:

@@ -67,7 +67,7 @@ import gzip
 import json
 import math
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -510,10 +510,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename: an interrupted write
-    leaves neither a partial file nor the temporary one."""
+    leaves neither a partial file nor the temporary one. The file's mode honours the umask
+    (``0o644`` under the usual ``022``), as files other tools write do."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".partial")
+    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

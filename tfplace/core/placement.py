@@ -18,7 +18,14 @@ from tfplace.core.units import format_bytes, format_seconds
 if TYPE_CHECKING:
     from tfplace.core.simulated_step import SimulationResult
 
-__all__ = ["GraphWriter", "Placement", "PlacementError", "register_graph_writer"]
+__all__ = [
+    "SIMULATED_OUT_OF_MEMORY",
+    "GraphWriter",
+    "Placement",
+    "PlacementError",
+    "register_graph_writer",
+    "simulated_memory_warnings",
+]
 
 GraphWriter = Callable[["Placement", Any], Any]
 """``writer(placement, graph) -> placed graph``: writes a placement into a framework's graph."""
@@ -30,6 +37,10 @@ def register_graph_writer(writer: GraphWriter) -> None:
     """Make :meth:`Placement.apply` write with ``writer``. Importing :mod:`tfplace` registers
     :func:`tfplace.tf_graph.apply.apply_placement`, so that the core never imports TensorFlow's side."""
     _graph_writer[:] = [writer]
+
+
+SIMULATED_OUT_OF_MEMORY = "runs out of memory in the simulated step"
+"""The words of every warning :func:`simulated_memory_warnings` gives (to find and replace them)."""
 
 
 class PlacementError(ValueError):
@@ -45,7 +56,10 @@ class Placement:
     assignment : dict
         Device name of every op, by op name.
     devices : DeviceSet
-        The devices placed on (fallback CPUs included where ops went there).
+        The devices placed on. Iterating it gives the placement targets; ops that no target can
+        run (a ``tf.data`` iterator, summaries on a GPU-only set) go to a fallback CPU, which is in
+        ``devices.all_devices`` (and ``devices.fallback_cpus``); :attr:`device_names` lists the
+        targets and the fallback CPUs that hold ops, as the summary does.
     placer : str
         Which placer produced it (``"celeritas"``, ``"m_etf"``, ...).
     memory : dict
@@ -104,6 +118,12 @@ class Placement:
             )
         return _graph_writer[0](self, graph)
 
+    @property
+    def device_names(self) -> list[str]:
+        """Every target device, then each fallback CPU that holds ops: the summary's rows."""
+        used = set(self.assignment.values())
+        return [d.name for d in self.devices.all_devices if d.name in used or d in self.devices.devices]
+
     def ops_on(self, device: str) -> list[str]:
         """Names of the ops placed on ``device``."""
         return [op for op, d in self.assignment.items() if d == device]
@@ -113,15 +133,18 @@ class Placement:
         simulated step of this placement on :attr:`devices`."""
         names = [d.name for d in self.devices.all_devices]
         makespan = float(result.makespan)
+        peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
+        kept = [warning for warning in self.warnings if SIMULATED_OUT_OF_MEMORY not in warning]
         return replace(
             self,
             step_time=makespan,
-            peak_memory={names[d]: int(p) for d, p in enumerate(result.peak_memory) if p},
+            peak_memory=peak_memory,
             utilization={
                 names[d]: float(b) / makespan if makespan > 0 else 0.0
                 for d, b in enumerate(result.busy_time)
                 if b
             },
+            warnings=kept + simulated_memory_warnings(peak_memory, self.devices),
         )
 
     def summary(self) -> str:
@@ -130,11 +153,14 @@ class Placement:
 
         ``estimate`` is the placer's static memory estimate (persistent state, all outputs and the
         largest temporary memory of the device's ops); ``sim. peak`` the most memory the device
-        holds at once in the simulated step; percentages are of the device's capacity. A note says
-        when an estimate exceeds its capacity and the placer judged memory by simulating instead.
+        holds at once in the simulated step; percentages are of the device's capacity, never rounded
+        down to 100% above it (``100.1%``), and a simulated peak above it is marked ``OVER``
+        (``100.1% OVER``) with a warning. The static estimate above capacity is not marked: the
+        capacity warnings, or the note below, say what it means. A note says when an estimate
+        exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
-        names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
+        names = self.device_names
         capacity = {d.name: d.memory for d in self.devices.devices}
         rows = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
         for name in names:
@@ -144,7 +170,7 @@ class Placement:
                     name,
                     f"{counts.get(name, 0):,}",
                     format_bytes(cap) if cap else "-",
-                    _share(self.memory.get(name, 0), cap),
+                    _share(self.memory.get(name, 0), cap, mark=False),
                     _share(self.peak_memory[name], cap) if name in self.peak_memory else "-",
                     f"{self.utilization[name]:.0%}" if name in self.utilization else "-",
                 )
@@ -155,9 +181,10 @@ class Placement:
         )
         lines.append(
             f"estimated step time: {step}; placer {self.placer or '?'} placed "
-            f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
+            f"{self._op_count()} in {format_seconds(self.placement_seconds)}"
         )
-        lines.extend(f"warning: {w}" for w in self.warnings)
+        memory_warnings = simulated_memory_warnings(self.peak_memory, self.devices)
+        lines.extend(f"warning: {w}" for w in dict.fromkeys([*self.warnings, *memory_warnings]))
         over_estimate = any(self.memory.get(d.name, 0) > d.memory for d in self.devices.devices)
         if over_estimate and self.details.get("memory_model") == "simulated":
             lines.append(
@@ -165,6 +192,17 @@ class Placement:
                 "capacity is the static model's bound, which keeps every output for the whole step"
             )
         return "\n".join(lines)
+
+    def _op_count(self) -> str:
+        """``"6,361 ops of the graph (3,079 in the step)"``, ``"3,079 ops of the step"``, or
+        ``"N ops"`` without the cost graph that tells them apart."""
+        total = len(self.assignment)
+        if self.cost_graph is None:
+            return f"{total:,} ops"
+        in_step = sum(1 for op in self.assignment if op in self.cost_graph)
+        if in_step == total:
+            return f"{total:,} ops of the step"
+        return f"{total:,} ops of the graph ({in_step:,} in the step)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -226,6 +264,29 @@ class Placement:
             raise PlacementError(f"{path}: not a readable placement ({error})") from None
 
 
-def _share(nbytes: int, capacity: int | None) -> str:
-    """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one)."""
-    return f"{format_bytes(nbytes)} ({nbytes / capacity:.0%})" if capacity else format_bytes(nbytes)
+def simulated_memory_warnings(peak_memory: Mapping[str, int], devices: DeviceSet) -> list[str]:
+    """A warning for each device of ``devices`` whose simulated peak exceeds its memory, whichever
+    placer made the placement (fallback CPUs have no limit)."""
+    return [
+        f"{device.name} {SIMULATED_OUT_OF_MEMORY}: peak {peak_memory[device.name]:,} bytes of its "
+        f"{device.memory:,} ({_percent(peak_memory[device.name], device.memory)})"
+        for device in devices.devices
+        if peak_memory.get(device.name, 0) > device.memory
+    ]
+
+
+def _share(nbytes: int, capacity: int | None, *, mark: bool = True) -> str:
+    """``"6.96 MB (87%)"``: bytes and their share of the capacity (bytes alone without one);
+    ``"354 MB (122.5% OVER)"`` above it (without ``OVER`` unless ``mark``)."""
+    if not capacity:
+        return format_bytes(nbytes)
+    over = " OVER" if mark and nbytes > capacity else ""
+    return f"{format_bytes(nbytes)} ({_percent(nbytes, capacity)}{over})"
+
+
+def _percent(nbytes: int, capacity: int) -> str:
+    """``"87%"``; above the capacity ``"122.5%"``, never rounded down to 100% (``">100%"``)."""
+    if nbytes <= capacity:
+        return f"{nbytes / capacity:.0%}"
+    shown = f"{nbytes / capacity:.1%}"
+    return ">100%" if shown == "100.0%" else shown

@@ -33,6 +33,7 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +50,8 @@ from tfplace.estimator.shapes import (
     shaped_graph,
     variable_bytes,
 )
-from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
+from tfplace.tf_graph.native_log import filtered_native_stderr
+from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces, output_shapes
 
 __all__ = [
     "TIME_FLOOR",
@@ -256,7 +258,10 @@ def _fetch_elements(graph: Any, fetches: Any) -> list[Any]:
         try:
             elements.append(graph.as_graph_element(_element_name(item)))
         except (KeyError, ValueError) as error:
-            raise ValueError(f"fetch {_element_name(item)!r} is not in the graph: {error}") from None
+            from tfplace.tf_graph.importer import did_you_mean
+
+            hint = did_you_mean(_element_name(item), (op.name for op in graph.get_operations()))
+            raise ValueError(f"fetch {_element_name(item)!r} is not in the graph: {error}{hint}") from None
     return elements
 
 
@@ -370,6 +375,32 @@ def _check_feeds_follow_the_batch(feeds: Mapping[int, Mapping[str, Any]]) -> Non
         )
 
 
+#: Ops that hand the step a batch from a ``tf.data`` iterator.
+ITERATOR_OPS = frozenset({"IteratorGetNext", "IteratorGetNextSync"})
+
+
+def _check_iterators_follow_the_batch(
+    shapes: Mapping[str, Sequence[tuple[int, ...]]], batch_size: int
+) -> None:
+    """Refuse a step whose ``tf.data`` iterator produced batches of another size than ``batch_size``.
+
+    ``shapes`` are the output shapes of the iterators' ``GetNext`` ops in a traced step at
+    ``batch_size``. A ``feed_fn`` cannot change the batch a one-shot iterator yields, so profiling
+    several batch sizes would run the iterator's batch every time and the regression would see
+    costs that never change with the batch.
+    """
+    for op, outputs in sorted(shapes.items()):
+        ran = sorted({shape[0] for shape in outputs if shape and shape[0] >= 0})
+        if ran and ran != [batch_size]:
+            raise ValueError(
+                f"the step reads its inputs from the tf.data iterator {op!r}, which ran batches of "
+                f"{' and '.join(map(str, ran))} when batch {batch_size} was asked for: feed_fn cannot change "
+                "an iterator's batch, so the profile would not follow the batch size. Feed the inputs "
+                "through placeholders (feed_fn(batch_size) returning arrays of that batch), or profile "
+                f"at the iterator's batch only (profile_batch_sizes=[{ran[0]}]) and place for that batch"
+            )
+
+
 def _initializer(graph: Any, init_op: Any, needed_ops: Sequence[Any]) -> list[Any]:
     """What to run before the first step: ``init_op``, else every variable's initializer."""
     import tensorflow as tf
@@ -435,6 +466,9 @@ def _measure(
     import tensorflow as tf
 
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    iterator_ops = {
+        op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
+    }
     traces: dict[int, dict[str, list[OpTrace]]] = {b: {} for b in feeds}
     wall: dict[int, list[float]] = {b: [] for b in feeds}
     with tf.compat.v1.Session(graph=graph, config=config) as session:
@@ -448,10 +482,13 @@ def _measure(
                 for b, feed in feeds.items():
                     metadata = tf.compat.v1.RunMetadata()
                     start = time.perf_counter()
-                    session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
+                    with filtered_native_stderr():
+                        session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
                     wall[b].append(time.perf_counter() - start)
                     for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
                         traces[b].setdefault(op, []).append(trace)
+                    if step == 0:
+                        _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
                     progress.advance(f"batch {b}, step {step + 1}/{traced_steps}")
     return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
 
@@ -498,7 +535,7 @@ def profile_graph(
         collections.
     cache_dir : str or os.PathLike, optional
         Where profiles are cached (:mod:`tfplace.estimator.cache`); a profile with the same key is
-        returned without running TensorFlow.
+        returned without running TensorFlow. ``None`` or ``""``: no cache.
 
     Returns
     -------
@@ -543,7 +580,7 @@ def profile_graph(
         "profile_format": _PROFILE_FORMAT,
     }
     key = profile_key(step_graph_def(graph, needed), settings)
-    cache = ProfileCache(cache_dir) if cache_dir is not None else None
+    cache = ProfileCache(cache_dir) if cache_dir is not None and os.fspath(cache_dir) != "" else None
     if cache is not None:
         document = cache.load(key)
         if document is not None:

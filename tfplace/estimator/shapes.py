@@ -128,10 +128,12 @@ def shaped_graph(graph: Any, feed_shapes: Mapping[str, Sequence[int]]) -> Any:
 def estimate_op(op: Any, batch_size: int) -> ShapeEstimate:
     """Output sizes and FLOPs of ``op`` (a ``tf.Operation``, ideally of a :func:`shaped_graph`)."""
     from tensorflow.python.framework import ops as tf_ops
+    from tensorflow.python.util import deprecation
 
     sizes = tuple(tensor_bytes(out.shape, out.dtype, batch_size) for out in op.outputs)
     try:
-        flops = tf_ops.get_stats_for_node_def(op.graph, op.node_def, "flops").value
+        with deprecation.silence():  # TensorFlow's FLOP registry calls a deprecated TF1 helper
+            flops = tf_ops.get_stats_for_node_def(op.graph, op.node_def, "flops").value
     except (ValueError, TypeError, KeyError):  # a shape the count needs is unknown
         flops = None
     return ShapeEstimate(output_sizes=sizes, flops=None if flops is None else int(flops))

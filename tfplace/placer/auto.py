@@ -54,6 +54,7 @@ import numpy as np
 
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
+from tfplace.core.progress import Progress
 from tfplace.placer import PLACERS, placer_function
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
@@ -130,6 +131,7 @@ class _Judge:
         self.best: Scored | None = None
         self.records: list[dict[str, Any]] = []
         self._seen: set[bytes] = set()
+        self.progress: Progress | None = None
 
     def consider(self, name: str, op_devices: np.ndarray, *, record: bool = True) -> Scored | None:
         """Simulate ``op_devices`` unless it was seen, cannot win or the budget is spent; returns
@@ -169,6 +171,8 @@ class _Judge:
         peak = result.peak_memory
         excess = int(np.maximum(peak - self.capacity, 0).sum())
         tier = OUT_OF_MEMORY if excess else FITS if (peak <= self.limit).all() else NO_MARGIN
+        if self.progress is not None:
+            self.progress.advance(f"{name}: {result.makespan:.4g} s, {_TIERS[tier]}")
         return Scored(name, op_devices, float(result.makespan), peak, tier, excess)
 
     def _record(self, scored: Scored) -> dict[str, Any]:
@@ -212,11 +216,12 @@ def auto(
     judge = _Judge(graph, devices, margin, simulations)
     contracted = contracted_graph(graph)
     template = MemoryLedger(graph, devices)
-    for name, place in _candidates(template, contracted):
-        if judge.left <= 0:
-            break
-        judge.consider(name, place())
-    moves = _improve(judge, template, contracted)
+    with Progress("auto: simulations", simulations) as judge.progress:
+        for name, place in _candidates(template, contracted):
+            if judge.left <= 0:
+                break
+            judge.consider(name, place())
+        moves = _improve(judge, template, contracted)
     best = judge.best
     assert best is not None, "the portfolio simulates its first candidate"
     return PlacerOutput(

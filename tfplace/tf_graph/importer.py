@@ -16,6 +16,7 @@ error.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from tfplace.tf_graph.constraints import colocation_groups, group_device_kinds, 
 __all__ = [
     "GraphImportError",
     "ImportedGraph",
+    "did_you_mean",
     "fetch_op_names",
     "import_graph",
     "load_graph",
@@ -177,12 +179,19 @@ def fetch_op_names(graph: Any, fetches: Any) -> tuple[str, ...]:
         if not isinstance(name, str):
             raise GraphImportError(f"cannot fetch {item!r}: give ops, tensors or their names")
         names.append(name.split(":")[0].removeprefix("^"))
-    known = {op.name for op in graph.get_operations()}
-    unknown = [name for name in names if name not in known]
+    known = [op.name for op in graph.get_operations()]
+    unknown = [name for name in names if name not in set(known)]
     if unknown:
-        empty = " (the graph is empty)" if not known else ""
+        empty = " (the graph is empty)" if not known else did_you_mean(unknown[0], known)
         raise GraphImportError(f"the graph has no op {', '.join(map(repr, unknown))} to fetch{empty}")
     return tuple(dict.fromkeys(names))
+
+
+def did_you_mean(name: str, op_names: Iterable[str]) -> str:
+    """``"; did you mean 'train_op'?"``: the op name closest to a misspelt op or tensor ``name``,
+    or ``""`` when none is close (what the CLI and the Python API say about an unknown fetch)."""
+    close = difflib.get_close_matches(name.split(":")[0].removeprefix("^"), list(op_names), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def step_closure(graph: Any, fetch_ops: Iterable[str]) -> frozenset[str]:

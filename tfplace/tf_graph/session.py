@@ -23,6 +23,7 @@ from typing import Any
 
 from tfplace.core.devices import DeviceName
 from tfplace.core.placement import Placement
+from tfplace.tf_graph.native_log import filtered_native_stderr
 from tfplace.tf_graph.step_stats import op_name_for_node
 
 __all__ = [
@@ -157,7 +158,8 @@ def run_steps(
             feeds = dict(feed_fn()) if feed_fn is not None else None
             if step >= steps - trace_steps:
                 metadata = tf.compat.v1.RunMetadata()
-                results.values.append(session.run(fetches, feeds, options=trace, run_metadata=metadata))
+                with filtered_native_stderr():
+                    results.values.append(session.run(fetches, feeds, options=trace, run_metadata=metadata))
                 results.run_metadata.append(metadata)
             else:
                 results.values.append(session.run(fetches, feeds))

@@ -55,7 +55,14 @@ from typing import Any
 
 from tfplace.core.costgraph import AliasedOutput
 
-__all__ = ["OpTrace", "allocation_peaks", "collect_op_traces", "node_compute_time", "op_name_for_node"]
+__all__ = [
+    "OpTrace",
+    "allocation_peaks",
+    "collect_op_traces",
+    "node_compute_time",
+    "op_name_for_node",
+    "output_shapes",
+]
 
 _FED = re.compile(r"^_arg_(.+)_(\d+)_\d+$")
 _PARTITIONER_SUFFIX = re.compile(r"^_\d+$")
@@ -377,6 +384,19 @@ def _finish(total: _Totals) -> OpTrace:
         executions=total.executions,
         aliased_outputs=tuple(sorted(a for a, n in total.aliases.items() if n == total.own_records)),
     )
+
+
+def output_shapes(run_metadata: Any, ops: Collection[str]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """The shapes of the outputs each of ``ops`` produced in a traced step, as the records report
+    them (``output[i].tensor_description.shape``; ``-1`` for an unknown dimension)."""
+    shapes = {}
+    for _, node, _ in _host_records(run_metadata):
+        op = op_name_for_node(node.node_name, ops)
+        if op is not None and node.output:
+            shapes[op] = tuple(
+                tuple(int(dim.size) for dim in output.tensor_description.shape.dim) for output in node.output
+            )
+    return shapes
 
 
 def allocation_peaks(run_metadata: Any) -> dict[str, int]:
