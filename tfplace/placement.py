@@ -129,7 +129,7 @@ class Placement:
         counts.subtract(self.assignment[op] for op in self.pieces)
         names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
         capacity = {d.name: d.memory for d in self.devices.devices}
-        rows = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
+        rows: list[tuple[str, ...]] = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
         if self.pieces:
             rows[0] = ("device", "ops", "of which pieces", *rows[0][2:])
         for name in names:

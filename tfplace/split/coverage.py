@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import networkx as nx
@@ -35,7 +34,7 @@ class SplitCoverage:
 def split_coverage(graph: nx.DiGraph) -> SplitCoverage:
     """The share of ``graph``'s summed ``compute_time`` that :data:`~tfplace.split.rules.RULES` can split."""
     total = splittable = needs_attrs = 0.0
-    whole: Counter[str] = Counter()
+    whole: dict[str, float] = {}
     for _, attrs in graph.nodes(data=True):
         seconds, op_type = float(attrs["compute_time"]), attrs["op_type"]
         total += seconds
@@ -44,5 +43,7 @@ def split_coverage(graph: nx.DiGraph) -> SplitCoverage:
             continue
         if op_type in RULES and attrs.get("attrs") is None:
             needs_attrs += seconds
-        whole[op_type] += seconds
-    return SplitCoverage(total, splittable, needs_attrs, tuple(whole.most_common()))
+        whole[op_type] = whole.get(op_type, 0.0) + seconds
+    return SplitCoverage(
+        total, splittable, needs_attrs, tuple(sorted(whole.items(), key=lambda item: -item[1]))
+    )

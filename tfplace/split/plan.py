@@ -21,7 +21,7 @@ import networkx as nx
 from tfplace.costgraph import atomic_write_text
 from tfplace.devices import DeviceSet
 from tfplace.placement import Placement
-from tfplace.split.rules import BATCH, SplitRule, op_rules
+from tfplace.split.rules import BATCH, REPLICA, SplitRule, can_replicate, op_rules
 
 __all__ = ["OpSplit", "SplitPlan", "dimension_size", "rule_of"]
 
@@ -121,6 +121,10 @@ class SplitPlan:
                 )
             if split.degree == 1 and split.dimension is None:
                 continue
+            if split.dimension == REPLICA:
+                if not can_replicate(graph.nodes[op]["op_type"]):
+                    raise ValueError(f"op {op!r} ({graph.nodes[op]['op_type']}) cannot run as replicas")
+                continue
             rules = op_rules(graph.nodes[op]["op_type"], graph.nodes[op].get("attrs"))
             if split.dimension not in rules:
                 raise ValueError(
@@ -184,8 +188,8 @@ class SplitPlan:
 
 
 def rule_of(graph: nx.DiGraph, op: str, split: OpSplit) -> SplitRule | None:
-    """The partition rule ``split`` splits ``op`` by; ``None`` when it runs whole."""
-    if split.degree == 1 or split.dimension is None:
+    """The partition rule ``split`` splits ``op`` by; ``None`` when it runs whole or as replicas."""
+    if split.degree == 1 or split.dimension in (None, REPLICA):
         return None
     return op_rules(graph.nodes[op]["op_type"], graph.nodes[op].get("attrs"))[split.dimension]
 

@@ -36,11 +36,14 @@ __all__ = [
     "HEIGHT",
     "PARTIAL",
     "REDUCTION",
+    "REPLICA",
     "REPLICATED",
     "RULES",
+    "UNREPLICABLE",
     "WIDTH",
     "Layout",
     "SplitRule",
+    "can_replicate",
     "halo",
     "op_rules",
     "sharded",
@@ -223,6 +226,25 @@ RULES["BatchMatMulV3"] = RULES["BatchMatMul"] = RULES["BatchMatMulV2"]
 RULES["FusedBatchNorm"] = RULES["FusedBatchNormV3"]
 RULES["FusedBatchNormGrad"] = RULES["FusedBatchNormGradV3"]
 RULES["Conv2DBackpropInputV2"] = RULES["Conv2DBackpropInput"]
+
+REPLICA = "replica"
+"""Not a dimension: every piece runs the whole op on its own device (a variable, its reads and its
+update under data parallelism, MirroredStrategy's replicas). Each reads its inputs whole and writes
+whole outputs; a partial input is summed first (an all-reduce over the replicas' devices)."""
+
+UNREPLICABLE = frozenset(
+    {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "Multinomial",
+     "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2", "IteratorGetNext",
+     "Print", "PrintV2", "WriteSummary", "Save", "SaveV2", "Restore", "RestoreV2"}
+)  # fmt: skip
+"""Op types whose replicas would not compute the same thing (a random draw per device) or would
+repeat an effect outside the graph (I/O): they never run as replicas."""
+
+
+def can_replicate(op_type: str) -> bool:
+    """Whether replicas of an op of ``op_type`` on several devices all compute what the op computes."""
+    return op_type not in UNREPLICABLE
+
 
 _VARIANT_ATTRS = {"MatMul": ("transpose_a", "transpose_b")}
 """Op types whose rules differ by attribute: ``"MatMul/transpose_a"`` holds ``MatMul``'s rules
