@@ -49,7 +49,7 @@ def test_plan_round_trips_through_json(tmp_path):
     ("op", "split", "message"),
     [
         ("relu", OpSplit(NAMES[:2], "channel"), r"op 'relu' \(Relu\) cannot split along 'channel'"),
-        ("x", OpSplit(NAMES[:2], "batch"), "op 'x' .* it splits along nothing"),
+        ("w", OpSplit(NAMES[:2], "batch"), "op 'w' .* it splits along nothing"),
         ("conv", OpSplit(NAMES[:2], "batch", (0.5, 0.6)), "op 'conv': shares"),
         ("conv", OpSplit(("/device:GPU:9",), None), r"op 'conv': unknown devices \['/device:GPU:9'\]"),
         ("conv", OpSplit(NAMES * 3, "batch"), "op 'conv': degree 12 exceeds its batch dimension of 8"),

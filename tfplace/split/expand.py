@@ -14,12 +14,15 @@
     row of each neighbouring slice, :data:`HALO_ROWS`: 3x3 windows) is cut by a ``Slice`` node on
     the sender's device and sent as its own tensor;
   - a whole tensor made of slices is gathered: every slice is sent to the reader;
+  - a piece that reads a partial sum (a linear op on partial sums) takes the producer's piece of
+    the same index straight on when both ops are on the same devices;
   - partial results are summed: by an ``AddN`` on the reader's device, or, when the readers are
     replicas on exactly the partial pieces' devices (weight gradients under data parallelism), by an
     all-reduce of ``AllReduce`` nodes: a reduce-scatter (each device sums one ``1/k`` slice of
     everyone's pieces) and an all-gather, so each device sends ``2 (k - 1) / k`` of the tensor, as a
     ring all-reduce does, over the simulator's links;
-* control dependencies join every node of the producer to every node of the consumer.
+* control dependencies join every node of the producer to every node of the consumer; a shape op
+  (:data:`~tfplace.split.rules.SHAPE_OPS`) waits for its input without receiving its bytes.
 
 :func:`simulate_plan` runs the expanded graph through :func:`tfplace.simulator.simulate`, so the
 step time, per-device peak memory, bytes moved, Chrome trace and timeline all show the pieces.
@@ -37,7 +40,7 @@ from tfplace.costgraph import CostGraph
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.costs import PIECE_OVERHEAD, piece_time
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
-from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, Layout
+from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, SHAPE_OPS, Layout
 
 __all__ = ["COPY_SECONDS_PER_BYTE", "HALO_ROWS", "ExpandedPlan", "expand_plan", "simulate_plan"]
 
@@ -177,6 +180,11 @@ class _Expander:
 
     # -- edges -------------------------------------------------------------------------------
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
+        if self.graph.nodes[v]["op_type"] in SHAPE_OPS:
+            for dst in self.pieces[v]:
+                local = [p for p in self.pieces[u] if p.device == dst.device][:1] or self.pieces[u][:1]
+                self.out.add_dependency(local[0].node, dst.node, control=True)
+            return
         if edge["control"] or not edge["slots"]:
             for src in self.pieces[u]:
                 for dst in self.pieces[v]:
@@ -209,6 +217,16 @@ class _Expander:
         split = self.plan.splits[u]
         rule = rule_of(self.graph, u, split)
         written = rule.write(slot) if rule is not None else REPLICATED
+        if written == PARTIAL and layout == PARTIAL:
+            index = self.pieces[self._op_of(target.node)].index(target)
+            if self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
+                self.out.add_dependency(sources[index].node, target.node, slots=(slot,))
+                return
+        if layout == PARTIAL:  # a summand: the whole tensor for the first piece, zeros for the others
+            index = self.pieces[self._op_of(target.node)].index(target)
+            layout = REPLICATED
+            if index > 0:
+                return
         if written == PARTIAL:
             sources = [self._summed(u, slot, target, replicas)]
             slot, written = 0, REPLICATED

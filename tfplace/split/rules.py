@@ -7,6 +7,7 @@ as
 
 * :data:`REPLICATED`: the whole tensor (a convolution's filter under a batch split);
 * ``sharded(d)``: the piece's slice along axis ``d`` of the input;
+* :data:`PARTIAL`: the piece's own partial sum of the input (a linear op on partial sums);
 * ``halo(d)``: its slice along ``d`` plus the rows a window (kernel, stride) needs from the
   neighbouring slices, for height and width splits of convolutions and pooling;
 
@@ -39,6 +40,7 @@ __all__ = [
     "REPLICA",
     "REPLICATED",
     "RULES",
+    "SHAPE_OPS",
     "UNREPLICABLE",
     "WIDTH",
     "Layout",
@@ -128,7 +130,13 @@ _ELEMENTWISE_TYPES = (
     "Log", "Neg", "Reciprocal", "Pow", "Cast", "SelectV2", "Select", "GreaterEqual", "Greater",
     "Less", "LessEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "AddN",
     "ZerosLike", "OnesLike", "Softmax", "LogSoftmax", "Identity", "Floor", "Abs", "Sign",
+    "StopGradient", "PreventGradient", "Snapshot",
 )  # fmt: skip
+
+_LINEAR_TYPES = ("AddN", "AddV2", "Add", "Identity", "Neg")
+"""Element-wise ops that are linear in every input: pieces that read only partial sums (each its
+own) write partial sums of the result, so a sum of weight gradients over time steps is all-reduced
+once, not once per step (DTensor's and Tofu's partial layouts passing through additions)."""
 
 _WINDOWED = {
     BATCH: _rule((S0,), (S0,), **_NHWC),
@@ -210,10 +218,20 @@ RULES: dict[str, dict[str, SplitRule]] = {
         REDUCTION: _rule((S0, R), (P,), reduces_axis0=True),
     },
     # Shape-moving ops split where they keep axis 0 in place; the axis/perm inputs are replicated.
-    "ConcatV2": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
+    "ConcatV2": {BATCH: _rule((S0,), (S0,), keeps_axis0=True)},  # the axis: a scalar, read alike
+    "Slice": {BATCH: _rule((S0, R, R), (S0,), keeps_axis0=True)},
     "Split": {BATCH: _rule((R, S0), (S0,), keeps_axis0=True)},
     "Reshape": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
     "Transpose": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
+    # A broadcast's piece is its slice of the result: the operand and the shape are read whole.
+    "BroadcastTo": {BATCH: _rule((R, R), (S0,))},
+    "OneHot": {BATCH: _rule((S0, R), (S0,))},
+    # A random draw split on the batch draws each piece's numbers on its own device, as each replica
+    # of MirroredStrategy does: the same distribution, not the same numbers as the whole op.
+    "RandomUniform": {BATCH: _rule((R,), (S0,))},
+    "RandomStandardNormal": {BATCH: _rule((R,), (S0,))},
+    # A fed tensor is fed to each piece as its slice of the examples.
+    "Placeholder": {BATCH: _rule((R,), (S0,))},
     # Embedding lookups: rows of ids pick rows of the table, or the table's rows are sharded and
     # each piece contributes the rows it holds (zeros elsewhere), summed.
     "GatherV2": {BATCH: _rule((R, S0, R), (S0,), axis=0), REDUCTION: _rule((S0, R, R), (P,), axis=0)},
@@ -222,10 +240,17 @@ RULES: dict[str, dict[str, SplitRule]] = {
 }
 for _type in _ELEMENTWISE_TYPES:
     RULES[_type] = _ELEMENTWISE
+for _type in _LINEAR_TYPES:
+    RULES[_type] = {**RULES[_type], REDUCTION: _rule((P,), (P,))}
 RULES["BatchMatMulV3"] = RULES["BatchMatMul"] = RULES["BatchMatMulV2"]
 RULES["FusedBatchNorm"] = RULES["FusedBatchNormV3"]
 RULES["FusedBatchNormGrad"] = RULES["FusedBatchNormGradV3"]
 RULES["Conv2DBackpropInputV2"] = RULES["Conv2DBackpropInput"]
+
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+"""Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in
+a plan their inputs are dependencies that carry no bytes (the TensorFlow rewrite gives them the
+whole tensor's shape)."""
 
 REPLICA = "replica"
 """Not a dimension: every piece runs the whole op on its own device (a variable, its reads and its
