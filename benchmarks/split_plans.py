@@ -6,7 +6,9 @@ moved, peak memory per device and planning seconds of one device and of data par
 (:func:`tfplace.split.data_parallel.data_parallel_plan`, simulated by
 :func:`tfplace.split.expand.simulate_plan`), beside the best whole-op placement of
 ``results/table3_step_time.csv`` (``tfplace auto``, simulated on the same graphs by
-``run_experiments.py``). Run from the repository root:
+``run_experiments.py``). Then, on ``--unequal_speeds`` devices (a device of speed ``s`` runs every
+op in ``1/s`` of the graph's time), data parallelism with equal pieces and with pieces proportional
+to the speeds (BBGraP's balance). Run from the repository root:
 
     .venv/bin/python benchmarks/split_plans.py
     .venv/bin/python benchmarks/split_plans.py --models=inception_v3 --num_devices=2 --out=results/split_plans.md
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from tfplace.costgraph import atomic_write_text, load_json
+from tfplace.costgraph import CostGraph, atomic_write_text, load_json
 from tfplace.device_model import DEVICE_MODELS
 from tfplace.devices import DeviceSet
 from tfplace.split.data_parallel import data_parallel_plan
@@ -37,6 +39,9 @@ flags.DEFINE_list(
 flags.DEFINE_integer("num_devices", 4, "Simulated GPUs.", lower_bound=1)
 flags.DEFINE_string("graphs_dir", "results/graphs", "Where the saved cost graphs are.")
 flags.DEFINE_string("out", None, "Also write the table (markdown) here.")
+flags.DEFINE_list(
+    "unequal_speeds", ["1", "0.5"], "Speeds of the devices of the unequal-speed rows (empty: no such rows)."
+)
 
 
 def _best_placement(model: str) -> str:
@@ -49,6 +54,39 @@ def _best_placement(model: str) -> str:
             if row["model"] == model and row["source"].startswith("tfplace"):
                 return row["tfplace auto"]
     return "-"
+
+
+def _peak(plan: SplitPlan, memory: int) -> str:
+    """The largest simulated peak of a device, ``OOM`` when it exceeds ``memory``."""
+    peak = max(plan.peak_memory.values(), default=0)
+    return format_bytes(peak) + (" OOM" if peak > memory else "")
+
+
+def _unequal_rows(model: str, graph: CostGraph, memory: int, one_step: float) -> list[tuple[str, ...]]:
+    """Data parallelism on devices of ``--unequal_speeds``: equal pieces, then proportional ones."""
+    speeds = [float(s) for s in FLAGS.unequal_speeds]
+    devices = DeviceSet.parse(f"/device:GPU:0-{len(speeds) - 1}", memory, intra_host=graph.transfer_model)
+    by_name = dict(zip(devices.names, speeds))
+    rows = []
+    for label, plan in (
+        ("equal pieces", data_parallel_plan(graph, devices)),
+        ("proportional pieces", data_parallel_plan(graph, devices, speeds=speeds)),
+    ):
+        simulate_plan(graph, plan, speeds=by_name)
+        assert plan.step_time
+        speed_list = "/".join(FLAGS.unequal_speeds)
+        rows.append(
+            (
+                model,
+                f"data parallel, speeds {speed_list}, {label}",
+                f"{plan.step_time:.3f}",
+                f"{one_step / plan.step_time:.2f}x",
+                format_bytes(plan.bytes_moved),
+                _peak(plan, memory),
+                "",
+            )
+        )
+    return rows
 
 
 def main(argv: Sequence[str]) -> None:
@@ -68,8 +106,6 @@ def main(argv: Sequence[str]) -> None:
         simulate_plan(graph, parallel)
         assert one.step_time and parallel.step_time
         for name, plan in (("one device", one), ("data parallel", parallel)):
-            peak = max(plan.peak_memory.values(), default=0)
-            over = " OOM" if peak > memory else ""
             rows.append(
                 (
                     model,
@@ -77,11 +113,13 @@ def main(argv: Sequence[str]) -> None:
                     f"{plan.step_time:.3f}",
                     f"{one.step_time / plan.step_time:.2f}x",
                     format_bytes(plan.bytes_moved),
-                    format_bytes(peak) + over,
+                    _peak(plan, memory),
                     f"{plan.search_seconds:.2f}",
                 )
             )
         rows.append((model, "best placement (auto, table 3)", _best_placement(model), "", "", "", ""))
+        if FLAGS.unequal_speeds:
+            rows.extend(_unequal_rows(model, graph, memory, one.step_time))
         print(f"{model}: planned and simulated", flush=True)
     table = format_table(rows)
     print(table)

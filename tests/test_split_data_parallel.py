@@ -64,3 +64,13 @@ def test_a_sum_of_weight_gradients_stays_partial_and_is_all_reduced_once():
     assert plan.splits["dw_total"].dimension == "reduction"
     simulate_plan(graph, plan)
     assert plan.bytes_moved == 2 * 200 * 2 + 2 * 4
+
+
+def test_on_devices_of_unequal_speed_proportional_pieces_beat_equal_ones():
+    graph = small_cnn_graph(batch=8)
+    speeds = {GPUS.names[0]: 3.0, GPUS.names[1]: 1.0}
+    equal = data_parallel_plan(graph, GPUS)
+    proportional = data_parallel_plan(graph, GPUS, speeds=[3.0, 1.0])
+    simulate_plan(graph, equal, speeds=speeds)
+    simulate_plan(graph, proportional, speeds=speeds)
+    assert proportional.step_time < 0.75 * equal.step_time

@@ -75,11 +75,21 @@ def expand_plan(graph: nx.DiGraph, plan: SplitPlan) -> ExpandedPlan:
 
 
 def simulate_plan(
-    graph: nx.DiGraph, plan: SplitPlan, **options: Any
+    graph: nx.DiGraph, plan: SplitPlan, *, speeds: Mapping[str, float] | None = None, **options: Any
 ) -> tuple[SimulationResult, ExpandedPlan]:
     """Simulate one step of ``plan`` (``options`` go to :func:`tfplace.simulator.simulate`) and record
-    its step time, peak memory per device and bytes moved on the plan."""
+    its step time, peak memory per device and bytes moved on the plan.
+
+    ``speeds`` gives devices of different speeds (BBGraP's setting): the graph's times are those of
+    a device of speed 1, and every node on a device of speed ``s`` takes ``1/s`` of its time there
+    (devices not named have speed 1).
+    """
     expanded = expand_plan(graph, plan)
+    for node, device in expanded.devices.items():
+        speed = (speeds or {}).get(device, 1.0)
+        if speed <= 0:
+            raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
+        expanded.graph.nodes[node]["compute_time"] /= speed
     result = simulate(expanded.graph, expanded.devices, plan.devices, **options)
     names = [d.name for d in plan.devices.all_devices]
     plan.step_time = float(result.makespan)
