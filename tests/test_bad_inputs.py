@@ -85,8 +85,9 @@ def graph_with_a_big_group() -> CostGraph:
     return graph
 
 
-#: Placers whose memory warnings come from the static estimate; auto's come from the simulator.
-STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto"})
+#: Placers whose memory warnings come from the static estimate; auto's and data parallelism's come
+#: from the simulator.
+STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto", "data_parallel"})
 
 
 @pytest.mark.parametrize("placer", STATIC_MEMORY_PLACERS)

@@ -74,3 +74,13 @@ def test_on_devices_of_unequal_speed_proportional_pieces_beat_equal_ones():
     simulate_plan(graph, equal, speeds=speeds)
     simulate_plan(graph, proportional, speeds=speeds)
     assert proportional.step_time < 0.75 * equal.step_time
+
+
+def test_the_data_parallel_placer_is_reached_by_name_and_reports_its_pieces():
+    from tfplace.placer import place_cost_graph
+
+    graph = small_cnn_graph()
+    placement = place_cost_graph(graph, GPUS, placer="data_parallel")
+    assert placement.pieces["conv"] == tuple(GPUS.names)
+    assert placement.step_time == placement.details["split_plan"].step_time > 0
+    assert "split into pieces" in placement.summary()

@@ -20,15 +20,18 @@ read only their input's shape and run as replicas.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import networkx as nx
 
+from tfplace.costgraph import CostGraph, CostGraphError, find_cycle_ops
 from tfplace.devices import DeviceSet
+from tfplace.placement import Placement
 from tfplace.split.plan import OpSplit, SplitPlan, dimension_size
 from tfplace.split.rules import BATCH, PARTIAL, REDUCTION, REPLICA, SHAPE_OPS, can_replicate, op_rules
 
-__all__ = ["FED_TYPES", "batch_dimension", "data_parallel_plan"]
+__all__ = ["FED_TYPES", "batch_dimension", "data_parallel_placement", "data_parallel_plan"]
 
 FED_TYPES = frozenset({"Placeholder", "PlaceholderV2", "IteratorGetNext"})
 """Op types that bring a step's examples into the graph."""
@@ -89,3 +92,45 @@ def data_parallel_plan(
             if carries:
                 examples.update((op, slot) for slot in range(len(graph.nodes[op]["output_sizes"])))
     return SplitPlan(splits, devices, placer="data_parallel")
+
+
+def data_parallel_placement(
+    graph: CostGraph, devices: DeviceSet, *, simulate: bool = True, speeds: Sequence[float] | None = None
+) -> Placement:
+    """``placer="data_parallel"``: :func:`data_parallel_plan` as a :class:`Placement` (its ``pieces``
+    list split ops' devices, ``details["split_plan"]`` holds the plan), simulated by
+    :func:`tfplace.split.expand.simulate_plan` when ``simulate`` is true; memory is judged by that
+    simulation (a warning names each device whose simulated peak exceeds it), not the static model.
+
+    Raises
+    ------
+    tfplace.costgraph.CostGraphError
+        When the graph has a cycle (the message names ops on it).
+    """
+    from tfplace.split.expand import simulate_plan
+
+    cycle = find_cycle_ops(graph)
+    if cycle:
+        raise CostGraphError(f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}")
+    start = time.perf_counter()
+    plan = data_parallel_plan(graph, devices, speeds=speeds)
+    plan.search_seconds = time.perf_counter() - start
+    busy: dict[str, float] = {}
+    if simulate:
+        result, _ = simulate_plan(graph, plan)
+        busy = {d.name: float(b) for d, b in zip(devices.all_devices, result.busy_time) if b}
+    placement = plan.to_placement()
+    placement.cost_graph = graph
+    placement.details = {"split_plan": plan, "memory_model": "simulated"}
+    if plan.step_time:
+        placement.utilization = {name: seconds / plan.step_time for name, seconds in busy.items()}
+    placement.warnings = [
+        f"{device.name}: the plan's simulated peak of {plan.peak_memory[device.name]:,} bytes exceeds "
+        f"its {device.memory:,} bytes"
+        for device in devices.devices
+        if plan.peak_memory.get(device.name, 0) > device.memory
+    ]
+    return placement
+
+
+data_parallel_placement.splits_ops = True  # type: ignore[attr-defined]
