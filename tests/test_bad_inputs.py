@@ -85,8 +85,9 @@ def graph_with_a_big_group() -> CostGraph:
     return graph
 
 
-#: Placers whose memory warnings come from the static estimate; auto's come from the simulator.
-STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto"})
+#: Placers whose memory warnings come from the static estimate; auto's and data parallelism's come
+#: from the simulator.
+STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto", "data_parallel"})
 
 
 @pytest.mark.parametrize("placer", STATIC_MEMORY_PLACERS)
@@ -202,7 +203,7 @@ def saved_document(tmp_path):
         (lambda d: d.update(ops="op0"), r"'ops' must be a list"),
         (lambda d: d.pop("edges"), r"'edges' must be a list, got None"),
         (lambda d: d.update(graph=[1]), r"'graph' must be an object of metadata"),
-        (lambda d: d.update(version=2), r"cost graph version 2, this tfplace reads 1"),
+        (lambda d: d.update(version=4), r"cost graph version 4, this tfplace reads 1, 2, 3"),
         (lambda d: d["ops"].append(dict(d["ops"][0])), r"op '\w+' appears twice \(ops\[4\]\)"),
         (lambda d: d["ops"][0].update(name=["x"]), r"ops\[0\] has no name"),
         (lambda d: d["ops"][0].update(output_sizes=12), r"op '\w+': output_sizes must be a list, got 12"),

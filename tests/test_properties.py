@@ -50,7 +50,8 @@ from tfplace.placer import PLACERS, place_cost_graph, placer_function
 from tfplace.placer.celeritas import DEFAULT_EXPLORATION_RANGE
 from tfplace.placer.fusion import fuse
 
-ALL_PLACERS = sorted(PLACERS)
+#: Placers of whole ops (``data_parallel`` splits ops into pieces: tests/test_split_*.py).
+ALL_PLACERS = sorted(set(PLACERS) - {"data_parallel"})
 #: Placers whose memory warnings come from the static estimate (auto judges memory by simulating).
 STATIC_MEMORY_PLACERS = [p for p in ALL_PLACERS if p != "auto"]
 FUSING = ("celeritas", "order_place")
@@ -320,7 +321,7 @@ from tfplace.core.synthetic import random_dag
 cases = json.loads(sys.argv[1])
 print(json.dumps([
     {p: place_cost_graph(random_dag(n, seed=s, group_fraction=0.3, cpu_only_fraction=0.1),
-                         DeviceSet.parse(spec, 4_000_000), p).assignment for p in sorted(PLACERS)}
+                         DeviceSet.parse(spec, 4_000_000), p).assignment for p in sorted(PLACERS) if p != "data_parallel"}
     for n, s, spec in cases
 ]))
 """

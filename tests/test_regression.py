@@ -192,3 +192,14 @@ def test_fill_cost_graph_keeps_the_aliases_of_tensors_an_edge_brings_to_the_op()
     assert filled.nodes["c"]["aliased_outputs"] == ((0, "a", 1),)  # b -> c is a control edge
     assert filled.nodes["a"]["aliased_outputs"] == ()
     filled.validate()
+
+
+@pytest.mark.parametrize("times", [[3e-3, 5e-3, 9e-3], [1e-6, np.sqrt(2) * 1e-6, 2e-6]])
+def test_the_batch_coefficients_a_cost_graph_keeps_predict_what_the_regression_predicts(times):
+    from tfplace.split.costs import time_at_batch
+
+    model = OpCostRegression(line_tolerance=0.01).fit(timed(times))
+    coefficients = model.batch_costs()["a"]
+    for batch in (3, 64):
+        assert time_at_batch(coefficients, batch) == pytest.approx(model.predict(batch)["a"].compute_time)
+    np.testing.assert_allclose(coefficients["outputs"], [[4.0, 0.0]], atol=1e-9)

@@ -328,3 +328,38 @@ def test_an_unreadable_file_is_an_error_naming_it(tmp_path):
         import_graph(path)
     with pytest.raises(GraphImportError, match=r"expected a \.pb"):
         import_graph(tmp_path / "graph.json")
+
+
+def test_the_import_records_what_splitting_an_op_needs():
+    def build(tf):
+        x = tf.compat.v1.placeholder(tf.float32, shape=[None, 6], name="x")
+        w = tf.constant(1.0, shape=[6, 3], name="w")
+        y = tf.matmul(x, w, name="y")
+        tf.matmul(x, y, transpose_a=True, name="dw")
+        tf.reduce_sum(y, axis=0, name="total")
+        tf.reduce_mean(y, axis=1, name="rows")
+
+    graph = import_graph(_graph(build)).cost_graph
+    assert graph.nodes["dw"]["attrs"] == {"transpose_a": True, "transpose_b": False}
+    assert graph.nodes["dw"]["inputs"] == (("x", 0), ("y", 0))
+    assert graph.nodes["y"]["output_shapes"] == ((-1, 3),)
+    assert graph.nodes["total"]["attrs"] == {"reduces_axis0": True}
+    assert graph.nodes["rows"]["attrs"] == {"reduces_axis0": False}
+
+
+def test_probing_two_batch_sizes_finds_where_the_batch_goes_through_computed_shapes():
+    from tfplace.estimator.shapes import shaped_graph
+    from tfplace.tf_graph.split_attrs import PROBE_BATCHES, annotate_split_fields
+
+    def build(tf):
+        x = tf.compat.v1.placeholder(tf.float32, shape=[None, 4, 6], name="x")
+        tf.reshape(x, tf.stack([tf.shape(x)[0] * 4, 6]), name="flat")
+        tf.transpose(x, tf.concat([[0], [2, 1]], axis=0), name="swap")
+
+    graph = _graph(build)
+    costs = import_graph(graph).cost_graph
+    probes = tuple(shaped_graph(graph, {"x:0": (batch, 4, 6)}) for batch in PROBE_BATCHES)
+    annotate_split_fields(costs, graph, (probes[0], probes[1]))
+    assert costs.nodes["flat"]["attrs"] == {"keeps_axis0": True}
+    assert costs.nodes["swap"]["attrs"]["keeps_axis0"] is True
+    assert costs.nodes["flat"]["output_shapes"] == ((-1, 6),)  # 7 * 4 and 11 * 4 rows: the batch

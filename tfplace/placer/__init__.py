@@ -34,7 +34,10 @@ PLACERS: dict[str, str] = {
     "m_sct": "tfplace.placer.etf:m_sct",
     "metis": "tfplace.placer.metis:metis",
     "auto": "tfplace.placer.auto:auto",
+    "data_parallel": "tfplace.placer.split_plans:data_parallel",
 }
+"""A placer marked ``splits_ops`` (:mod:`tfplace.split`) takes the cost graph itself and returns a
+:class:`Placement` whose ``pieces`` list the devices of split ops."""
 
 
 #: The placer used when none is named: the fastest simulated placement that fits, among Celeritas,
@@ -78,6 +81,11 @@ def place_cost_graph(
         When the graph has a cycle (the message names ops on it), whichever the placer.
     """
     function = placer_function(placer)
+    if getattr(function, "splits_ops", False):
+        if not isinstance(graph, CostGraph):
+            raise ValueError(f"placer {placer!r} splits ops and needs the cost graph, not an indexed graph")
+        placement: Placement = function(graph, devices, simulate=simulate, **options)  # type: ignore[call-arg,arg-type,assignment]
+        return placement
     start = time.perf_counter()
     with gc_paused():
         indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)

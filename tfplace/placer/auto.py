@@ -261,9 +261,13 @@ def _candidates(
                 yield name, partial(_partition_placement, template, cut)
 
 
+SPLITTING = ("data_parallel",)
+"""Registered placers that split ops (:mod:`tfplace.split`): they are no candidate placements of whole ops."""
+
+
 def _registered(ops: int) -> list[str]:
     """Registered placers of the portfolio: :data:`ALWAYS`, then the others on small graphs."""
-    others = [p for p in PLACERS if p not in ALWAYS and p != "auto"] if ops <= SMALL_GRAPH_OPS else []
+    others = [p for p in PLACERS if p not in (*ALWAYS, "auto", *SPLITTING)] if ops <= SMALL_GRAPH_OPS else []
     return [*ALWAYS, *others]
 
 

@@ -1,0 +1,62 @@
+"""Placers whose placements split ops (:mod:`tfplace.split`): a split plan made by one of the split
+layer's planners, simulated with its pieces (:func:`tfplace.split.expand.simulate_plan`) and returned
+as a :class:`~tfplace.core.placement.Placement` whose ``pieces`` name the split ops' devices and whose
+``details["split_plan"]`` holds the plan. Memory is judged by that simulation, not the static model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from tfplace.core.costgraph import CostGraph, CostGraphError, find_cycle_ops
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement, simulated_memory_warnings
+from tfplace.split.data_parallel import data_parallel_plan
+from tfplace.split.expand import simulate_plan
+from tfplace.split.plan import SplitPlan
+
+__all__ = ["data_parallel", "plan_placement"]
+
+
+def plan_placement(
+    graph: CostGraph, devices: DeviceSet, planner: Callable[[], SplitPlan], *, simulate: bool = True
+) -> Placement:
+    """The plan ``planner()`` makes for ``graph`` as a :class:`Placement`, simulated when ``simulate``
+    is true (a warning names each device whose simulated peak exceeds its memory).
+
+    Raises
+    ------
+    tfplace.core.costgraph.CostGraphError
+        When the graph has a cycle (the message names ops on it).
+    """
+    cycle = find_cycle_ops(graph)
+    if cycle:
+        raise CostGraphError(f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}")
+    start = time.perf_counter()
+    plan = planner()
+    plan.search_seconds = time.perf_counter() - start
+    busy: dict[str, float] = {}
+    if simulate:
+        result, _ = simulate_plan(graph, plan)
+        busy = {d.name: float(b) for d, b in zip(devices.all_devices, result.busy_time) if b}
+    placement = plan.to_placement()
+    placement.cost_graph = graph
+    placement.details = {"split_plan": plan, "memory_model": "simulated"}
+    if plan.step_time:
+        placement.utilization = {name: seconds / plan.step_time for name, seconds in busy.items()}
+    placement.warnings = simulated_memory_warnings(plan.peak_memory, devices)
+    return placement
+
+
+def data_parallel(
+    graph: CostGraph, devices: DeviceSet, *, simulate: bool = True, speeds: Sequence[float] | None = None
+) -> Placement:
+    """``placer="data_parallel"``: :func:`tfplace.split.data_parallel.data_parallel_plan` (what
+    ``tf.distribute.MirroredStrategy`` does) as a placement."""
+    return plan_placement(
+        graph, devices, lambda: data_parallel_plan(graph, devices, speeds=speeds), simulate=simulate
+    )
+
+
+data_parallel.splits_ops = True  # type: ignore[attr-defined]
