@@ -33,6 +33,10 @@ Node attributes (one node per operation, keyed by the op's name)
     ``flops`` (float)
         Floating-point operations of one execution, ``0`` when unknown (used by device models that
         turn measured times into another device's).
+    ``gradient_of`` (str or None, optional, default ``None``)
+        The forward op whose gradient this op computes (TensorFlow's ``gradients/<op>_grad/``
+        scopes, :mod:`tfplace.gradients`); placers keep the two on one device unless told not to.
+        Version-1 files get it from the op names when loaded.
 
 Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
     ``bytes`` (int)
@@ -73,10 +77,12 @@ from typing import Any
 
 import networkx as nx
 
+from tfplace.gradients import gradient_relation
 from tfplace.transfer import TransferModel
 
 __all__ = [
     "JSON_FORMAT",
+    "JSON_READABLE_VERSIONS",
     "JSON_VERSION",
     "AliasedOutput",
     "CostGraph",
@@ -88,6 +94,7 @@ __all__ = [
     "edge_time",
     "edge_transfers",
     "find_cycle_ops",
+    "gradient_pairs",
     "graph_memory",
     "load_json",
     "op_memory",
@@ -97,7 +104,9 @@ __all__ = [
 ]
 
 JSON_FORMAT = "tfplace.costgraph"
-JSON_VERSION = 1
+JSON_VERSION = 2
+#: Versions :func:`load_json` reads: 1 lacks ``gradient_of`` (derived from the op names on load).
+JSON_READABLE_VERSIONS = (1, 2)
 
 _NODE_DEFAULTS: dict[str, Any] = {
     "compute_time": 0.0,
@@ -109,7 +118,7 @@ _NODE_DEFAULTS: dict[str, Any] = {
     "device_kinds": None,
     "flops": 0.0,
 }
-_OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {"aliased_outputs": ()}
+_OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {"aliased_outputs": (), "gradient_of": None}
 """Node attributes added after version 1 first shipped: a node (or a JSON op) may lack them."""
 _NODE_KEYS = {**_NODE_DEFAULTS, **_OPTIONAL_NODE_DEFAULTS}
 
@@ -151,6 +160,7 @@ class CostGraph(nx.DiGraph):
         device_kinds: Iterable[str] | None = None,
         flops: float = 0.0,
         aliased_outputs: Iterable[AliasedOutput] = (),
+        gradient_of: str | None = None,
     ) -> None:
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
@@ -164,6 +174,7 @@ class CostGraph(nx.DiGraph):
             device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
             flops=float(flops),
             aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
+            gradient_of=gradient_of,
         )
 
     def add_dependency(
@@ -228,6 +239,9 @@ class CostGraph(nx.DiGraph):
             _validate_edge(src, dst, attrs)
         for name, aliases in self.nodes(data="aliased_outputs", default=()):
             _validate_aliases(self, name, aliases)
+        for name, forward in self.nodes(data="gradient_of", default=None):
+            if forward is not None and (not isinstance(forward, str) or forward not in self or forward == name):
+                raise CostGraphError(f"op {name!r}: gradient_of must name another op of the graph, got {forward!r}")
         cycle = find_cycle_ops(self)
         if cycle:
             raise CostGraphError(
@@ -443,9 +457,11 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
-    if document.get("version") != JSON_VERSION or isinstance(document.get("version"), bool):
+    version = document.get("version")
+    if version not in JSON_READABLE_VERSIONS or isinstance(version, bool):
         raise CostGraphError(
-            f"{path}: cost graph version {document.get('version')!r}, this tfplace reads {JSON_VERSION}"
+            f"{path}: cost graph version {version!r}, this tfplace reads versions "
+            + ", ".join(map(str, JSON_READABLE_VERSIONS))
         )
     metadata = document.get("graph", {})
     if not isinstance(metadata, dict):
@@ -460,7 +476,7 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         name = op["name"]
         if name in graph:
             raise CostGraphError(f"{path}: op {name!r} appears twice (ops[{index}])")
-        unknown = set(op) - set(_NODE_KEYS) - {"name"}
+        unknown = set(op) - set(_NODE_KEYS) - {"name"} | ({"gradient_of"} & set(op) if version == 1 else set())
         if unknown:
             raise CostGraphError(f"{path}: op {name!r} has unknown fields {sorted(unknown)}")
         fields = {**_NODE_KEYS, **op}
@@ -492,8 +508,16 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
             transfer_time=edge.get("transfer_time", 0.0),
             control=edge.get("control", False),
         )
+    if version == 1:
+        for gradient, forward in gradient_relation(graph.nodes).items():
+            graph.nodes[gradient]["gradient_of"] = forward
     graph.validate()
     return graph
+
+
+def gradient_pairs(graph: nx.DiGraph) -> list[tuple[str, str]]:
+    """``(gradient op, forward op)`` for every op whose ``gradient_of`` is set, in graph order."""
+    return [(name, forward) for name, forward in graph.nodes(data="gradient_of", default=None) if forward]
 
 
 def _json_tuple(value: Any, what: str) -> tuple[Any, ...]:
