@@ -240,8 +240,12 @@ class CostGraph(nx.DiGraph):
         for name, aliases in self.nodes(data="aliased_outputs", default=()):
             _validate_aliases(self, name, aliases)
         for name, forward in self.nodes(data="gradient_of", default=None):
-            if forward is not None and (not isinstance(forward, str) or forward not in self or forward == name):
-                raise CostGraphError(f"op {name!r}: gradient_of must name another op of the graph, got {forward!r}")
+            if forward is not None and (
+                not isinstance(forward, str) or forward not in self or forward == name
+            ):
+                raise CostGraphError(
+                    f"op {name!r}: gradient_of must name another op of the graph, got {forward!r}"
+                )
         cycle = find_cycle_ops(self)
         if cycle:
             raise CostGraphError(
@@ -476,7 +480,9 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         name = op["name"]
         if name in graph:
             raise CostGraphError(f"{path}: op {name!r} appears twice (ops[{index}])")
-        unknown = set(op) - set(_NODE_KEYS) - {"name"} | ({"gradient_of"} & set(op) if version == 1 else set())
+        unknown = set(op) - set(_NODE_KEYS) - {"name"} | (
+            {"gradient_of"} & set(op) if version == 1 else set()
+        )
         if unknown:
             raise CostGraphError(f"{path}: op {name!r} has unknown fields {sorted(unknown)}")
         fields = {**_NODE_KEYS, **op}

@@ -32,10 +32,14 @@ def celeritas(
     *,
     exploration_range: int = DEFAULT_EXPLORATION_RANGE,
     cluster_memory: float | None = None,
+    memory_model: str = "liveness",
 ) -> PlacerOutput:
     """Optimal Operation Fusion with ``R = exploration_range`` and ``M = cluster_memory`` (default:
-    a quarter of the smallest device's memory, as the paper), then Adjusting Placement."""
-    return _fuse_and_place(graph, devices, exploration_range, cluster_memory, adjusting_placement)
+    a quarter of the smallest device's memory, as the paper), then Adjusting Placement; memory
+    counted by ``memory_model`` (:mod:`tfplace.placer.ledger`)."""
+    return _fuse_and_place(
+        graph, devices, exploration_range, cluster_memory, memory_model, adjusting_placement
+    )
 
 
 def order_place(
@@ -44,9 +48,12 @@ def order_place(
     *,
     exploration_range: int = DEFAULT_EXPLORATION_RANGE,
     cluster_memory: float | None = None,
+    memory_model: str = "liveness",
 ) -> PlacerOutput:
     """The same fusion, then Order-Place: clusters fill one device after another."""
-    return _fuse_and_place(graph, devices, exploration_range, cluster_memory, order_place_clusters)
+    return _fuse_and_place(
+        graph, devices, exploration_range, cluster_memory, memory_model, order_place_clusters
+    )
 
 
 def _fuse_and_place(
@@ -54,12 +61,13 @@ def _fuse_and_place(
     devices: DeviceSet,
     exploration_range: int,
     cluster_memory: float | None,
+    memory_model: str,
     place_clusters: ClusterPlacer,
 ) -> PlacerOutput:
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
     fusion = fuse(graph, cpd_topo_order(graph), exploration_range, memory_cap)
     coarse = index_graph(fusion.coarse)
-    ledger = MemoryLedger(graph, devices)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     schedule = place_clusters(coarse, fusion.members, ledger)
     compute = float(graph.compute.sum())
     return PlacerOutput(
