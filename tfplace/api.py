@@ -241,6 +241,7 @@ def place(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    coplace_gradients: bool = True,
     **estimate_options: Any,
 ) -> Placement:
     """Measure ``graph``, place every op on ``devices`` for ``batch_size``, and return the placement.
@@ -258,7 +259,7 @@ def place(
         The (large) batch size to place for.
     memory : str, int or sequence, optional
         Memory of each device (``"32GB"``), when ``devices`` are names.
-    placer, placer_options, target_device, simulate
+    placer, placer_options, target_device, simulate, coplace_gradients
         See :func:`place_costs`.
     **estimate_options
         ``profile_batch_sizes``, ``init_op``, ``warmup_steps``, ``traced_steps``, ``cache_dir``,
@@ -287,6 +288,7 @@ def place(
         placer_options=placer_options,
         target_device=target_device,
         simulate=simulate,
+        coplace_gradients=coplace_gradients,
     )
     logging.info("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
     return placement
@@ -301,6 +303,7 @@ def place_costs(
     placer_options: Mapping[str, Any] | None = None,
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
+    coplace_gradients: bool = True,
 ) -> Placement:
     """Place a profiled step (a cost graph) on ``devices``; with ``structure``, the whole graph.
 
@@ -319,12 +322,16 @@ def place_costs(
         ``"celeritas"`` is the paper's algorithm; ``"order_place"``, ``"m_etf"``, ``"m_sct"``,
         ``"m_topo"``, ``"metis"``, ``"dfs_topo"`` and ``"single"`` the baselines.
     placer_options : mapping, optional
-        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``).
+        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``; every
+        placer: ``memory_model``, ``"liveness"`` by default or the paper's ``"static"``).
     target_device : str or DeviceModel, optional
         When the devices are not the kind that was profiled (GPUs placed from a CPU profile), a
         device model (``"V100-32GB"``, ...) that turns measured times into the target's.
     simulate : bool
         Fill the estimated step time, peak memory and utilization from the simulator.
+    coplace_gradients : bool
+        Keep every gradient op on the device of the forward op it differentiates (the cost graph's
+        ``gradient_of``); graphs without gradient ops are placed alike either way.
 
     Returns
     -------
@@ -339,7 +346,14 @@ def place_costs(
         cost_graph = convert_graph(cost_graph, model)
     cost_graph.set_transfer_model(devices.typical_link)
     logging.info("tfplace: placing %d ops on %d devices with %s", len(cost_graph), len(devices), name)
-    placement = place_cost_graph(cost_graph, devices, name, simulate=simulate, **dict(placer_options or {}))
+    placement = place_cost_graph(
+        cost_graph,
+        devices,
+        name,
+        simulate=simulate,
+        coplace_gradients=coplace_gradients,
+        **dict(placer_options or {}),
+    )
     if structure is not None:
         placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     placement.cost_graph = cost_graph

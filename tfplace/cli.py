@@ -187,7 +187,14 @@ PLACER_OPTION = _flag(
     flags.DEFINE_multi_string,
     "placer_option",
     [],
-    "KEY=VALUE option of the placer (celeritas: exploration_range=..., cluster_memory=...). Repeat for several.",
+    "KEY=VALUE option of the placer (celeritas: exploration_range=..., cluster_memory=...; every "
+    "placer: memory_model=liveness|static). Repeat for several.",
+)
+COPLACE_GRADIENTS = _flag(
+    flags.DEFINE_bool,
+    "coplace_gradients",
+    True,
+    "Keep each gradient op on its forward op's device (--nocoplace_gradients: place them freely).",
 )
 COST_GRAPH = _flag(
     flags.DEFINE_string,
@@ -763,6 +770,7 @@ def _place() -> int:
             placer=PLACER.value,
             placer_options=options,
             target_device=TARGET_DEVICE.value,
+            coplace_gradients=COPLACE_GRADIENTS.value,
             **_profiling_options(),
         )
     assert placement.cost_graph is not None
@@ -809,7 +817,14 @@ def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -
                 f"the cost graph has {len(foreign)} ops the graph lacks ({', '.join(foreign[:3])}): "
                 "was it profiled from another graph?"
             )
-    return place_costs(cost_graph, devices, structure=structure, placer=PLACER.value, placer_options=options)
+    return place_costs(
+        cost_graph,
+        devices,
+        structure=structure,
+        placer=PLACER.value,
+        placer_options=options,
+        coplace_gradients=COPLACE_GRADIENTS.value,
+    )
 
 
 def _simulate() -> int:
@@ -928,6 +943,7 @@ COMMANDS: dict[str, Command] = {
         + (
             PLACER,
             PLACER_OPTION,
+            COPLACE_GRADIENTS,
             COST_GRAPH,
             OUT,
             PLACEMENT_OUT,

@@ -52,10 +52,8 @@ def forward_op_of(name: str, is_op: Callable[[str], bool]) -> str | None:
     True
     """
     components = name.split("/")
-    for start, component in enumerate(components[:-1]):
-        if is_gradient_scope(component):
-            break
-    else:
+    start = next((i for i, c in enumerate(components[:-1]) if is_gradient_scope(c)), None)
+    if start is None:
         return None
     outer = components[:start]
     inner = components[start + 1 : -1]  # the op's own last component opens no scope

@@ -132,7 +132,7 @@ def adjusting_placement(
     previous = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
-        candidates = ledger.candidates(groups)
+        candidates = _cluster_candidates(ledger, groups, members[v])
         est = {d: scheduler.earliest_start(v, d) for d in candidates if ledger.fits(groups, d, members[v])}
         stay = est.get(previous, math.inf)
         if est:
@@ -146,6 +146,17 @@ def adjusting_placement(
         scheduler.commit(v, members[v], groups, chosen, start, stay)
         previous = chosen
     return scheduler.schedule()
+
+
+def _cluster_candidates(ledger: MemoryLedger, groups: list[int], ops: Sequence[int]) -> list[int]:
+    """Devices a cluster may go to: those its new groups can run on, narrowed to the devices its
+    ops already have (members of groups an earlier cluster placed, such as gradient ops co-placed
+    with their forward ops), so that the schedule runs the cluster where its ops run."""
+    candidates = ledger.candidates(groups)
+    pinned = ledger.placed_devices(ops)
+    if not pinned:
+        return candidates
+    return [d for d in candidates if d in pinned] or pinned
 
 
 def order_place_clusters(

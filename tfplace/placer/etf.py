@@ -57,7 +57,7 @@ from tfplace.devices import DeviceSet
 from tfplace.indexed import IndexedGraph
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.favorite_child import NO_FAVORITE, favorite_children
-from tfplace.placer.ledger import UNPLACED, MemoryLedger
+from tfplace.placer.ledger import LIVENESS_MARGIN, UNPLACED, MemoryLedger
 from tfplace.placer.orders import kahn_order
 from tfplace.transfer import TransferModel
 
@@ -116,19 +116,22 @@ class EtfSchedule:
         return float(self.finish.max()) if len(self.finish) else 0.0
 
 
-def m_etf(graph: IndexedGraph, devices: DeviceSet) -> PlacerOutput:
+def m_etf(graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liveness") -> PlacerOutput:
     """Baechi's m-ETF: earliest-start-time list scheduling under device memory limits.
 
     Returns the placement with ``estimated_makespan`` (the schedule's makespan) and ``details``:
     ``best_effort_ops``, ``transfers``, ``transfer_bytes``, ``peak_memory`` (dynamic, per device
-    name) and ``schedule`` (the :class:`EtfSchedule`).
+    name) and ``schedule`` (the :class:`EtfSchedule`). ``memory_model="static"`` checks memory
+    with the static sum instead of the dynamic model (the ledger's estimate follows the model).
     """
-    ledger = MemoryLedger(graph, devices)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     schedule = etf_schedule(graph, ledger)
     return _output(graph, ledger, schedule, {})
 
 
-def m_sct(graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.0) -> PlacerOutput:
+def m_sct(
+    graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.0, memory_model: str = "liveness"
+) -> PlacerOutput:
     """Baechi's m-SCT: m-ETF whose devices wait for the favorite child of their last op.
 
     Favorite children come from the relaxed LP (:func:`~tfplace.placer.favorite_child.favorite_children`,
@@ -139,7 +142,7 @@ def m_sct(graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.
     """
     lp = favorite_children(graph, devices.typical_link, time_limit=lp_time_limit)
     details: dict[str, object] = {"lp": lp.report()}
-    ledger = MemoryLedger(graph, devices)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     if lp.solved:
         schedule = etf_schedule(graph, ledger, favorite=lp.favorite)
         parents = np.flatnonzero(lp.favorite != NO_FAVORITE)
@@ -180,6 +183,7 @@ def etf_schedule(
 def _output(
     graph: IndexedGraph, ledger: MemoryLedger, schedule: EtfSchedule, details: dict[str, object]
 ) -> PlacerOutput:
+    ledger.run(schedule.order)  # the liveness estimate along the schedule's start order
     names = [d.name for d in ledger.devices.all_devices]
     details.update(
         best_effort_ops=[graph.names[op] for op in schedule.best_effort],
@@ -390,13 +394,15 @@ class _ListScheduler:
         return missing
 
     def _fits(self, v: int, d: int, t: float) -> bool:
+        if self.ledger.memory_model == "static":
+            return self.ledger.fits(self.ledger.new_groups([v]), d)
         self._release(d, t)
         demand = self.outputs[v] + self.temporary[v]
         demand += sum(self._tensor_bytes(u, p, k) for u, p, k in self._missing_inputs(v, d))
         group = self.group[v]
         if self.group_device[group] == UNPLACED:
             demand += self.group_persistent[group]
-        return self.used[d] + demand <= self.capacity[d]
+        return self.used[d] + demand <= (1 - LIVENESS_MARGIN) * self.capacity[d]
 
     def _free_tensors(self, u: int) -> None:
         """All consumers of ``u`` are scheduled: free each copy of its outputs after its last use."""

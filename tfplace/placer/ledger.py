@@ -153,6 +153,11 @@ class MemoryLedger:
         groups = self.graph.group[np.asarray(ops, dtype=np.int64)]
         return list(dict.fromkeys(groups[self.group_device[groups] == UNPLACED].tolist()))
 
+    def placed_devices(self, ops: Sequence[int]) -> list[int]:
+        """Devices the already placed groups of ``ops`` are on, sorted."""
+        devices = self.group_device[self.graph.group[np.asarray(ops, dtype=np.int64)]]
+        return sorted(set(devices[devices != UNPLACED].tolist()))
+
     def candidates(self, groups: Sequence[int]) -> list[int]:
         """Targets that may take unplaced ``groups``: those every group with a kernel choice
         allows. When none constrain, or their constraints conflict, every target: :meth:`commit`
