@@ -57,7 +57,7 @@ from tfplace.devices import DeviceSet
 from tfplace.indexed import IndexedGraph
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.favorite_child import NO_FAVORITE, favorite_children
-from tfplace.placer.ledger import LIVENESS_MARGIN, UNPLACED, MemoryLedger
+from tfplace.placer.ledger import UNPLACED, MemoryLedger
 from tfplace.placer.orders import kahn_order
 from tfplace.transfer import TransferModel
 
@@ -125,7 +125,7 @@ def m_etf(graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liven
     with the static sum instead of the dynamic model (the ledger's estimate follows the model).
     """
     ledger = MemoryLedger(graph, devices, memory_model=memory_model)
-    schedule = etf_schedule(graph, ledger)
+    schedule = etf_schedule(graph, ledger, static_memory=memory_model == "static")
     return _output(graph, ledger, schedule, {})
 
 
@@ -144,18 +144,22 @@ def m_sct(
     details: dict[str, object] = {"lp": lp.report()}
     ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     if lp.solved:
-        schedule = etf_schedule(graph, ledger, favorite=lp.favorite)
+        schedule = etf_schedule(graph, ledger, favorite=lp.favorite, static_memory=memory_model == "static")
         parents = np.flatnonzero(lp.favorite != NO_FAVORITE)
         same = schedule.device[parents] == schedule.device[lp.favorite[parents]]
         details["favorites_on_parent_device"] = int(same.sum())
     else:
         details["warning"] = f"m-SCT's LP was not solved ({lp.message}); the placement is m-ETF's"
-        schedule = etf_schedule(graph, ledger)
+        schedule = etf_schedule(graph, ledger, static_memory=memory_model == "static")
     return _output(graph, ledger, schedule, details)
 
 
 def etf_schedule(
-    graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None = None
+    graph: IndexedGraph,
+    ledger: MemoryLedger,
+    favorite: np.ndarray | None = None,
+    *,
+    static_memory: bool = False,
 ) -> EtfSchedule:
     """Schedule and place every op of ``graph`` (module docstring), committing groups to ``ledger``.
 
@@ -167,6 +171,8 @@ def etf_schedule(
         Empty ledger on the target devices; its capacities are the memory limits.
     favorite : numpy.ndarray, optional
         Favorite child of each op (``-1`` for none): m-SCT's reservation rule. Without it, m-ETF.
+    static_memory : bool
+        Check memory with the ledger's static sum instead of the dynamic model.
 
     Returns
     -------
@@ -177,7 +183,7 @@ def etf_schedule(
     CostGraphError
         When the graph has a cycle.
     """
-    return _ListScheduler(graph, ledger, favorite).run()
+    return _ListScheduler(graph, ledger, favorite, static_memory).run()
 
 
 def _output(
@@ -200,8 +206,11 @@ def _output(
 class _ListScheduler:
     """The state of one :func:`etf_schedule` run; ``run`` is the event loop."""
 
-    def __init__(self, graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None):
+    def __init__(
+        self, graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None, static_memory: bool
+    ):
         self.graph = graph
+        self.static_memory = static_memory
         self.ledger = ledger
         devices = ledger.devices
         n = len(graph)
@@ -394,7 +403,7 @@ class _ListScheduler:
         return missing
 
     def _fits(self, v: int, d: int, t: float) -> bool:
-        if self.ledger.memory_model == "static":
+        if self.static_memory:
             return self.ledger.fits(self.ledger.new_groups([v]), d)
         self._release(d, t)
         demand = self.outputs[v] + self.temporary[v]
@@ -402,7 +411,7 @@ class _ListScheduler:
         group = self.group[v]
         if self.group_device[group] == UNPLACED:
             demand += self.group_persistent[group]
-        return self.used[d] + demand <= (1 - LIVENESS_MARGIN) * self.capacity[d]
+        return self.used[d] + demand <= self.capacity[d]
 
     def _free_tensors(self, u: int) -> None:
         """All consumers of ``u`` are scheduled: free each copy of its outputs after its last use."""
