@@ -105,6 +105,7 @@ class MemoryLedger:
         self.group_persistent = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_persistent, graph.group, graph.persistent)
         self.live = self._live_memory()
+        self._replayed: tuple[int, np.ndarray] | None = None
         everywhere = tuple(range(self.num_targets))
         self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
         constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
@@ -135,7 +136,25 @@ class MemoryLedger:
         ledger.peak_temporary = np.zeros_like(self.peak_temporary)
         ledger.group_device = np.full_like(self.group_device, UNPLACED)
         ledger.live = ledger._live_memory()
+        ledger._replayed = None
         return ledger
+
+    def _live_peaks(self) -> np.ndarray:
+        live = self.live
+        assert live is not None
+        if not live.ran.all():
+            return live.peak
+        if self._replayed is None or self._replayed[0] != len(live.order):
+            replay = LiveMemory(self.graph, len(self.capacity), self.device_of, eager_sends=True)
+            placed = self.group_device != UNPLACED
+            persistent = np.bincount(
+                self.group_device[placed], weights=self.group_persistent[placed], minlength=len(self.capacity)
+            )
+            for d in np.flatnonzero(persistent).tolist():
+                replay.add_persistent(d, int(persistent[d]))
+            replay.run(live.order, UNPLACED)
+            self._replayed = (len(live.order), replay.peak)
+        return self._replayed[1]
 
     def _live_memory(self) -> LiveMemory | None:
         if self.memory_model != "liveness":
@@ -183,9 +202,10 @@ class MemoryLedger:
 
     def used(self, device: int) -> int:
         """Bytes a device holds: resident memory plus the largest temporary memory (static), or
-        the peak of its live memory so far (liveness)."""
+        the peak of its live memory so far (liveness; once every op ran, replayed with tensors
+        sent as soon as they are made, :mod:`tfplace.placer.liveness`)."""
         if self.live is not None:
-            return int(self.live.peak[device])
+            return int(self._live_peaks()[device])
         return int(self.resident[device] + self.peak_temporary[device])
 
     def fits(self, groups: Sequence[int], device: int, ops: Sequence[int] = ()) -> bool:

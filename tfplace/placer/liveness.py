@@ -11,7 +11,12 @@ CPD-TOPO's clusters); each op runs on its group's device. On that schedule a dev
 * a tensor received from another device until every consumer of its producer has run;
 * an op's temporary memory while it runs.
 
-The estimate of a device is its peak (:attr:`LiveMemory.peak`). m-ETF and m-SCT keep Baechi's
+While placing, a placer does not know where later consumers go, so a tensor is counted on their
+device from the moment the first of them runs there. Once every op is placed, the estimate is
+replayed in the same order with each tensor sent as soon as its producer finished (``eager_sends``),
+as the executor (and the simulator) does: a device that runs the late consumers of early tensors,
+the backward pass of activations made elsewhere, holds them while it waits. The estimate of a
+device is its peak (:attr:`LiveMemory.peak`). m-ETF and m-SCT keep Baechi's
 dynamic model in their own list scheduler (:mod:`tfplace.placer.etf`), which follows the same
 rules with start and finish times.
 """
@@ -37,9 +42,13 @@ class LiveMemory:
     :meth:`peak_after` is the check of a placer's memory test, :meth:`run` the commit.
     """
 
-    def __init__(self, graph: IndexedGraph, devices: int, device_of: Callable[[int], int]):
+    def __init__(
+        self, graph: IndexedGraph, devices: int, device_of: Callable[[int], int], *, eager_sends: bool = False
+    ):
         self.graph = graph
         self.device_of = device_of
+        self.eager_sends = eager_sends
+        self.order: list[int] = []
         self.live = np.zeros(devices, dtype=np.int64)
         self.peak = np.zeros(devices, dtype=np.int64)
         self.pending = np.fromiter(map(len, graph.succ), dtype=np.int64, count=len(graph))
@@ -107,16 +116,29 @@ class LiveMemory:
                 if source is not None and source.get(d, 0) >= size:
                     source[d] -= size
                     taken += size
-            self.held[v] = {d: int(graph.outputs[v]) + taken}
+            held = self.held[v] = {d: int(graph.outputs[v]) + taken}
             self.live[d] += graph.outputs[v]
             self.peak[d] = max(self.peak[d], self.live[d] + graph.temporary[v])
+            if self.eager_sends:
+                self._send(v, d, held)
             self.ran[v] = True
+            self.order.append(v)
             for p in graph.pred[v]:
                 self.pending[p] -= 1
                 if not self.pending[p]:
                     self._free(p)
             if not graph.succ[v]:
                 self._free(v)
+
+    def _send(self, v: int, d: int, held: _Held) -> None:
+        """Copies of ``v``'s outputs sent right away to its consumers' other devices."""
+        graph = self.graph
+        for w, nbytes in zip(graph.succ[v], graph.succ_bytes[v]):
+            other = self.device_of(w)
+            if other != d and nbytes and held.get(other, 0) < nbytes:
+                self.live[other] += nbytes - held.get(other, 0)
+                held[other] = nbytes
+                self.peak[other] = max(self.peak[other], self.live[other])
 
     def _device(self, v: int, default: int) -> int:
         d = self.device_of(v)
