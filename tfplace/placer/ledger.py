@@ -97,6 +97,7 @@ class MemoryLedger:
         self.resident = np.zeros(len(all_devices), dtype=np.int64)
         self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
         self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
+        self._groups: list[int] = graph.group.tolist()
         groups = len(graph.group_members)
         self.group_resident = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_resident, graph.group, graph.resident)
@@ -105,7 +106,7 @@ class MemoryLedger:
         self.group_persistent = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_persistent, graph.group, graph.persistent)
         self.live = self._live_memory()
-        self._replayed: tuple[int, np.ndarray] | None = None
+        self._replayed: np.ndarray | None = None
         everywhere = tuple(range(self.num_targets))
         self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
         constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
@@ -142,10 +143,11 @@ class MemoryLedger:
     def _live_peaks(self) -> np.ndarray:
         live = self.live
         assert live is not None
-        if not live.ran.all():
+        if not live.complete:
             return live.peak
-        if self._replayed is None or self._replayed[0] != len(live.order):
-            replay = LiveMemory(self.graph, len(self.capacity), self.device_of, eager_sends=True)
+        if self._replayed is None:
+            device_of = self.op_devices().tolist()
+            replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__, eager_sends=True)
             placed = self.group_device != UNPLACED
             persistent = np.bincount(
                 self.group_device[placed], weights=self.group_persistent[placed], minlength=len(self.capacity)
@@ -153,8 +155,8 @@ class MemoryLedger:
             for d in np.flatnonzero(persistent).tolist():
                 replay.add_persistent(d, int(persistent[d]))
             replay.run(live.order, UNPLACED)
-            self._replayed = (len(live.order), replay.peak)
-        return self._replayed[1]
+            self._replayed = replay.peak
+        return self._replayed
 
     def _live_memory(self) -> LiveMemory | None:
         if self.memory_model != "liveness":
@@ -165,7 +167,7 @@ class MemoryLedger:
 
     def device_of(self, op: int) -> int:
         """Device of an op's group, or :data:`UNPLACED`."""
-        return int(self.group_device[self.graph.group[op]])
+        return int(self.group_device[self._groups[op]])
 
     def new_groups(self, ops: Sequence[int]) -> list[int]:
         """Groups touched by ``ops`` that are not placed yet, each once, in the order of ``ops``."""

@@ -49,48 +49,72 @@ class LiveMemory:
         self.device_of = device_of
         self.eager_sends = eager_sends
         self.order: list[int] = []
-        self.live = np.zeros(devices, dtype=np.int64)
-        self.peak = np.zeros(devices, dtype=np.int64)
-        self.pending = np.fromiter(map(len, graph.succ), dtype=np.int64, count=len(graph))
+        self.live = [0] * devices
+        self.peaks = [0] * devices
+        self.outputs: list[int] = graph.outputs.tolist()
+        self.temporary: list[int] = graph.temporary.tolist()
+        self.pending = list(map(len, graph.succ))
         self.held: list[_Held | None] = [None] * len(graph)
-        self.ran = np.zeros(len(graph), dtype=bool)
+        self.ran = [False] * len(graph)
+
+    @property
+    def peak(self) -> np.ndarray:
+        """Peak bytes of each device so far."""
+        return np.array(self.peaks, dtype=np.int64)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every op has run."""
+        return len(self.order) == len(self.ran)
 
     def add_persistent(self, device: int, nbytes: int) -> None:
         """Persistent memory placed on ``device``: held from the step's start to its end."""
         self.live[device] += nbytes
-        self.peak[device] += nbytes
+        self.peaks[device] += nbytes
 
     def peak_after(self, ops: Sequence[int], device: int, default: int, persistent: int = 0) -> int:
         """The peak of ``device`` if ``persistent`` bytes were placed on it and ``ops`` ran next
         (each on its group's device, ``default`` for an unplaced one); nothing changes."""
         graph = self.graph
-        live = int(self.live[device]) + persistent
-        peak = max(int(self.peak[device]) + persistent, live)
+        outputs, temporary, device_of, before = self.outputs, self.temporary, self.device_of, self.held
+        live = self.live[device] + persistent
+        peak = max(self.peaks[device] + persistent, live)
         pending: dict[int, int] = {}
         held: dict[int, int] = {}  # bytes of an op's outputs on ``device``, as the trial changes them
+
+        def bytes_on_device(op: int) -> int:
+            if op in held:
+                return held[op]
+            entry = before[op]
+            return entry.get(device, 0) if entry is not None else 0
+
         for v in ops:
-            if self._device(v, default) != device:
+            d = device_of(v)
+            if (d if d >= 0 else default) != device:
                 continue
             received = 0
             for p, position in zip(graph.pred[v], graph.pred_position[v]):
-                if p not in held and not self._holds(p, device):
-                    held[p] = int(graph.succ_bytes[p][position])
-                    received += held[p]
+                if p not in held:
+                    entry = before[p]
+                    if entry is None or device not in entry:
+                        held[p] = graph.succ_bytes[p][position]
+                        received += held[p]
             taken = 0
             for _, u, slot in graph.aliases[v]:
                 size = _slot_size(graph.output_sizes[u], slot)
-                current = held[u] if u in held else self._held_bytes(u, device)
+                current = bytes_on_device(u)
                 if current >= size:
                     held[u] = current - size
                     taken += size
-            held[v] = int(graph.outputs[v]) + taken
-            live += int(graph.outputs[v]) + received
-            peak = max(peak, live + int(graph.temporary[v]))
+            held[v] = outputs[v] + taken
+            live += outputs[v] + received
+            if live + temporary[v] > peak:
+                peak = live + temporary[v]
             for p in graph.pred[v]:
-                left = pending.get(p, int(self.pending[p])) - 1
+                left = pending.get(p, self.pending[p]) - 1
                 pending[p] = left
                 if not left:
-                    live -= held[p] if p in held else self._held_bytes(p, device)
+                    live -= bytes_on_device(p)
                     held[p] = 0
             if not graph.succ[v]:
                 live -= held[v]
@@ -100,32 +124,37 @@ class LiveMemory:
     def run(self, ops: Iterable[int], default: int) -> None:
         """Run ``ops`` in order, each on its group's device (``default`` when unplaced)."""
         graph = self.graph
+        live, peaks, pending, all_held, ran = self.live, self.peaks, self.pending, self.held, self.ran
+        outputs, temporary, device_of, order = self.outputs, self.temporary, self.device_of, self.order
         for v in ops:
-            if self.ran[v]:
+            if ran[v]:
                 continue
-            d = self._device(v, default)
+            d = device_of(v)
+            if d < 0:
+                d = default
             for p, position in zip(graph.pred[v], graph.pred_position[v]):
-                producer = self.held[p]
+                producer = all_held[p]
                 if producer is not None and d not in producer:
-                    producer[d] = int(graph.succ_bytes[p][position])
-                    self.live[d] += producer[d]
+                    producer[d] = graph.succ_bytes[p][position]
+                    live[d] += producer[d]
             taken = 0
             for _, u, slot in graph.aliases[v]:
                 size = _slot_size(graph.output_sizes[u], slot)
-                source = self.held[u]
+                source = all_held[u]
                 if source is not None and source.get(d, 0) >= size:
                     source[d] -= size
                     taken += size
-            held = self.held[v] = {d: int(graph.outputs[v]) + taken}
-            self.live[d] += graph.outputs[v]
-            self.peak[d] = max(self.peak[d], self.live[d] + graph.temporary[v])
+            held = all_held[v] = {d: outputs[v] + taken}
+            live[d] += outputs[v]
+            if live[d] + temporary[v] > peaks[d]:
+                peaks[d] = live[d] + temporary[v]
             if self.eager_sends:
                 self._send(v, d, held)
-            self.ran[v] = True
-            self.order.append(v)
+            ran[v] = True
+            order.append(v)
             for p in graph.pred[v]:
-                self.pending[p] -= 1
-                if not self.pending[p]:
+                pending[p] -= 1
+                if not pending[p]:
                     self._free(p)
             if not graph.succ[v]:
                 self._free(v)
@@ -138,19 +167,7 @@ class LiveMemory:
             if other != d and nbytes and held.get(other, 0) < nbytes:
                 self.live[other] += nbytes - held.get(other, 0)
                 held[other] = nbytes
-                self.peak[other] = max(self.peak[other], self.live[other])
-
-    def _device(self, v: int, default: int) -> int:
-        d = self.device_of(v)
-        return default if d < 0 else d
-
-    def _holds(self, op: int, device: int) -> bool:
-        held = self.held[op]
-        return held is not None and device in held
-
-    def _held_bytes(self, op: int, device: int) -> int:
-        held = self.held[op]
-        return held.get(device, 0) if held is not None else 0
+                self.peaks[other] = max(self.peaks[other], self.live[other])
 
     def _free(self, op: int) -> None:
         held = self.held[op]
