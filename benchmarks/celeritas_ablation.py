@@ -25,6 +25,7 @@ from typing import Any
 from absl import app, flags
 
 from tfplace.costgraph import load_json
+from tfplace.device_model import DEVICE_MODELS
 from tfplace.devices import DeviceSet
 from tfplace.placer import place_cost_graph
 from tfplace.simulator import simulate
@@ -34,7 +35,9 @@ flags.DEFINE_list("models", ["inception_v3", "nmt", "transformer", "tensor_holog
 flags.DEFINE_string("cost_graphs", "results/graphs", "Directory of <model>.json.gz cost graphs.")
 flags.DEFINE_string("output_dir", "results", "Where the two tables are written.")
 flags.DEFINE_string("devices", "/device:GPU:0-3", "Target devices.")
-flags.DEFINE_string("memory", "32GB", "Memory of each device.")
+flags.DEFINE_string(
+    "memory", None, "Memory of each device (default: the V100-32GB model's, as run_experiments)."
+)
 flags.DEFINE_list(
     "estimate_placers",
     ["celeritas", "order_place", "dfs_topo", "m_topo", "m_etf", "m_sct", "metis", "single"],
@@ -66,7 +69,7 @@ def _write(rows: Sequence[Sequence[Any]], header: Sequence[str], title: str, ste
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    devices = DeviceSet.parse(FLAGS.devices, FLAGS.memory)
+    devices = DeviceSet.parse(FLAGS.devices, FLAGS.memory or DEVICE_MODELS["V100-32GB"].memory)
     ablation, estimates = [], []
     for model in FLAGS.models:
         graph = load_json(Path(FLAGS.cost_graphs) / f"{model}.json.gz")

@@ -203,7 +203,7 @@ def saved_document(tmp_path):
         (lambda d: d.pop("edges"), r"'edges' must be a list, got None"),
         (lambda d: d.update(graph=[1]), r"'graph' must be an object of metadata"),
         (lambda d: d.update(version=3), r"cost graph version 3, this tfplace reads versions 1, 2"),
-        (lambda d: d["ops"][0].update(gradient_of="nowhere"), r"gradient_of must name another op"),
+        (lambda d: d["ops"][0].update(gradient_of=3), r"gradient_of must name another op, got 3"),
         (lambda d: d["ops"].append(dict(d["ops"][0])), r"op '\w+' appears twice \(ops\[4\]\)"),
         (lambda d: d["ops"][0].update(name=["x"]), r"ops\[0\] has no name"),
         (lambda d: d["ops"][0].update(output_sizes=12), r"op '\w+': output_sizes must be a list, got 12"),

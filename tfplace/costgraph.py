@@ -36,7 +36,8 @@ Node attributes (one node per operation, keyed by the op's name)
     ``gradient_of`` (str or None, optional, default ``None``)
         The forward op whose gradient this op computes (TensorFlow's ``gradients/<op>_grad/``
         scopes, :mod:`tfplace.gradients`); placers keep the two on one device unless told not to.
-        Version-1 files get it from the op names when loaded.
+        Version-1 files get it from the op names when loaded. A forward op outside the graph (a
+        step's subgraph keeps its ops' relation) relates nothing.
 
 Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
     ``bytes`` (int)
@@ -240,12 +241,8 @@ class CostGraph(nx.DiGraph):
         for name, aliases in self.nodes(data="aliased_outputs", default=()):
             _validate_aliases(self, name, aliases)
         for name, forward in self.nodes(data="gradient_of", default=None):
-            if forward is not None and (
-                not isinstance(forward, str) or forward not in self or forward == name
-            ):
-                raise CostGraphError(
-                    f"op {name!r}: gradient_of must name another op of the graph, got {forward!r}"
-                )
+            if forward is not None and (not isinstance(forward, str) or forward == name):
+                raise CostGraphError(f"op {name!r}: gradient_of must name another op, got {forward!r}")
         cycle = find_cycle_ops(self)
         if cycle:
             raise CostGraphError(

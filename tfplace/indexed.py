@@ -122,7 +122,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     keys = _column(ops, "colocation_group")
     kinds = _column(ops, "device_kinds")
     if coplace_gradients:
-        forward = [None if f is None else index[f] for f in map(methodcaller("get", "gradient_of"), ops)]
+        forward = [index.get(f) for f in map(methodcaller("get", "gradient_of"), ops)]
         keys = coplaced_group_keys(keys, forward, kinds)
     group, group_members = _colocation_groups(keys)
     adjacency = [successors for _, successors in graph.adjacency()]
