@@ -33,6 +33,8 @@ def forward_only(graph: CostGraph, devices: DeviceSet, placer: str) -> dict[str,
     """Place the graph without its gradient ops, then put each on its forward op's device."""
     follow = dict(gradient_pairs(graph))
     forward = CostGraph(graph.subgraph([op for op in graph if op not in follow]))
+    for _, attrs in forward.nodes(data=True):  # a buffer forwarded from a gradient op is its own here
+        attrs["aliased_outputs"] = tuple(a for a in attrs["aliased_outputs"] if a[1] in forward)
     assignment = dict(place_cost_graph(forward, devices, placer, simulate=False).assignment)
     for gradient in follow:
         target = follow[gradient]
