@@ -143,7 +143,8 @@ def refine_costs(
     batch_size = int(estimated.graph["batch_size"])
     ordered = estimated.copy()
     ordered.set_transfer_model(devices.typical_link)
-    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False)
+    # the static model: a real run at the target batch must not run out of memory
+    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False, memory_model="static")
     placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     logging.info(
         "tfplace: Standard Evaluation step 2 at batch %d on %s", batch_size, ", ".join(devices.names)
