@@ -41,7 +41,14 @@ from typing import Any
 from absl import app, flags, logging
 
 import models
-from experiments.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
+from experiments.comparison import (
+    PLACER_VARIANTS,
+    FusionStats,
+    PlacerRun,
+    compare_placers,
+    fastest_fitting,
+    record_step,
+)
 from experiments.report import (
     RealRun,
     Table,
@@ -54,7 +61,7 @@ from experiments.report import (
     write_tables,
 )
 from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
-from tfplace.core.costgraph import graph_memory, save_json
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json, save_json
 from tfplace.core.device_model import DEVICE_MODELS, convert_graph
 from tfplace.core.devices import Device, DeviceSet, parse_memory
 from tfplace.core.transfer import TransferModel
@@ -98,8 +105,25 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_list(
     "placers",
-    ["metis", "m_topo", "m_etf", "m_sct", "order_place", "celeritas", "dfs_topo", "single", "auto"],
-    "Placers compared.",
+    [
+        "metis",
+        "m_topo",
+        "m_etf",
+        "m_sct",
+        "order_place",
+        "celeritas",
+        "celeritas_paper",
+        "dfs_topo",
+        "single",
+        "auto",
+    ],
+    "Placers compared (tfplace.placer.PLACERS, or a variant of experiments.comparison.PLACER_VARIANTS).",
+)
+flags.DEFINE_string(
+    "cost_graphs",
+    None,
+    "Directory of saved cost graphs <model>.json.gz (results/graphs): place those instead of profiling "
+    "(no Table 5, no real runs, no graphs saved).",
 )
 flags.DEFINE_list(
     "comm_coeffs",
@@ -186,11 +210,15 @@ def place_model(
     spec = models.build_model(name, **_parse_knobs(FLAGS.knobs))
     batch_size = FLAGS.batch_size or spec.paper_batch_size
     small = [int(b) for b in FLAGS.profile_batch_sizes or PROFILE_BATCH_SIZES.get(name, (1, 2, 4))]
-    estimate = _estimate(spec, batch_size, small)
-    graph = convert_graph(estimate.cost_graph, DEVICE_MODELS[FLAGS.device])
+    if FLAGS.cost_graphs:
+        graph = _saved_cost_graph(name, batch_size)
+    else:
+        estimate = _estimate(spec, batch_size, small)
+        graph = convert_graph(estimate.cost_graph, DEVICE_MODELS[FLAGS.device])
+        if FLAGS.save_graphs:
+            graph.set_transfer_model(devices.typical_link)
+            save_json(graph, output_dir / "graphs" / f"{name}.json.gz")
     graph.set_transfer_model(devices.typical_link)
-    if FLAGS.save_graphs:
-        save_json(graph, output_dir / "graphs" / f"{name}.json.gz")
     # a model built with other knobs than the paper's is not compared with the paper's rows
     label = f"{name} ({','.join(FLAGS.knobs)})" if FLAGS.knobs else name
     runs, placements, fusion = compare_placers(graph, devices, FLAGS.placers, label)
@@ -206,7 +234,7 @@ def place_model(
             title=f"{name}, batch {batch_size}, {best.placer}",
         )
     accuracy = None
-    if FLAGS.accuracy_batch:
+    if FLAGS.accuracy_batch and not FLAGS.cost_graphs:
         accuracy = estimation_accuracy(
             spec.graph,
             spec.train_op,
@@ -217,6 +245,18 @@ def place_model(
             cache_dir=FLAGS.cache_dir,
         )
     return runs, fusion, len(spec.graph.get_operations()), accuracy
+
+
+def _saved_cost_graph(name: str, batch_size: int) -> CostGraph:
+    """``--cost_graphs``/<name>.json.gz, checked to hold the costs at ``batch_size`` on ``--device``."""
+    graph = load_json(Path(FLAGS.cost_graphs) / f"{name}.json.gz")
+    saved = (graph.graph.get("batch_size"), graph.graph.get("device_model"))
+    if saved[0] not in (None, batch_size) or saved[1] not in (None, FLAGS.device):
+        raise app.UsageError(
+            f"{FLAGS.cost_graphs}/{name}.json.gz holds batch {saved[0]} on {saved[1]}; "
+            f"this run places batch {batch_size} on {FLAGS.device}"
+        )
+    return graph
 
 
 def _place_model_in_child(
@@ -328,12 +368,15 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     started = time.perf_counter()
     names = _model_names()
-    unknown = sorted(set(FLAGS.placers) - set(PLACERS))
+    unknown = sorted(set(FLAGS.placers) - set(PLACERS) - set(PLACER_VARIANTS))
     if unknown:
         raise app.UsageError(f"unknown placers {unknown}; choose from {', '.join(PLACERS)}")
+    if FLAGS.cost_graphs and FLAGS.real:
+        raise app.UsageError("--real profiles and runs the models: leave out --cost_graphs")
     devices = target_devices(_link())
     output_dir = Path(FLAGS.output_dir)
-    (output_dir / "graphs" if FLAGS.save_graphs else output_dir).mkdir(parents=True, exist_ok=True)
+    saves = FLAGS.save_graphs and not FLAGS.cost_graphs
+    (output_dir / "graphs" if saves else output_dir).mkdir(parents=True, exist_ok=True)
 
     runs: list[PlacerRun] = []
     fusion: list[FusionStats] = []

@@ -49,7 +49,7 @@ flags.DEFINE_string("one", None, "Internal: time one placement: placer,graph (an
 
 def load_graph(graph: str) -> CostGraph:
     """A synthetic layered graph of ``graph`` ops when it is a number, else the cost graph file."""
-    return layered_training_graph(int(graph)) if graph.isdigit() else load_json(graph)
+    return layered_training_graph(int(graph), gradients=True) if graph.isdigit() else load_json(graph)
 
 
 def device_set(graph: CostGraph, num_devices: int, headroom: float) -> DeviceSet:

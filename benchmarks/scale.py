@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "graph.json.gz" if FLAGS.gzip else "graph.json")
-        built = stage("build", lambda: layered_training_graph(FLAGS.ops))
+        built = stage("build", lambda: layered_training_graph(FLAGS.ops, gradients=True))
         stage(
             "save_json",
             functools.partial(save_json, built, path),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tfplace.core.costgraph import CostGraph, ccr, graph_memory
 from tfplace.core.devices import DeviceSet
@@ -20,10 +21,21 @@ from tfplace.core.placement import Placement
 from tfplace.placer import place_cost_graph
 from tfplace.simulator import SimulationResult, simulate
 
-__all__ = ["FusionStats", "PlacerRun", "compare_placers", "fastest_fitting", "record_step"]
+__all__ = ["PLACER_VARIANTS", "FusionStats", "PlacerRun", "compare_placers", "fastest_fitting", "record_step"]
 
 #: Placers whose details report the fusion of Table 2 (clusters, CCR after fusion).
 FUSING_PLACERS = ("celeritas", "order_place")
+
+#: Named variants compared beside the registered placers: name -> (placer, options of
+#: :func:`~tfplace.placer.place_cost_graph`). ``celeritas_paper`` is Celeritas as the paper has it:
+#: the static memory sum (Eq. 6, Algorithm 2), no forward/backward co-placement, and Adjusting
+#: Placement's result whether or not Order-Place's schedule is shorter.
+PLACER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "celeritas_paper": (
+        "celeritas",
+        {"memory_model": "static", "coplace_gradients": False, "order_place_guard": False},
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -80,11 +92,13 @@ class FusionStats:
     ccr_after: float | None = None
 
 
-def _run(model: str, placement: Placement, result: SimulationResult, devices: DeviceSet) -> PlacerRun:
+def _run(
+    model: str, name: str, placement: Placement, result: SimulationResult, devices: DeviceSet
+) -> PlacerRun:
     capacity = {d.name: d.memory for d in devices}
     return PlacerRun(
         model=model,
-        placer=placement.placer,
+        placer=name,
         step_time=float(result.makespan),
         placement_seconds=placement.placement_seconds,
         peak_memory=dict(placement.peak_memory),
@@ -107,7 +121,7 @@ def compare_placers(
         Costs on the target devices, edges priced by the link's transfer model.
     devices : DeviceSet
     placers : iterable of str
-        Names of :data:`tfplace.placer.PLACERS`.
+        Names of :data:`tfplace.placer.PLACERS` or :data:`PLACER_VARIANTS`.
     model : str
         The model's name, copied into the records.
 
@@ -130,11 +144,12 @@ def compare_placers(
         memory_bytes=graph_memory(graph),
     )
     for name in placers:
-        placed = place_cost_graph(graph, devices, name, simulate=False)
+        placer, options = PLACER_VARIANTS.get(name, (name, {}))
+        placed = place_cost_graph(graph, devices, placer, simulate=False, **options)
         result = simulate(graph, placed.assignment, devices)
         placement = placed.with_simulation(result)
         placements[name] = placement
-        runs.append(_run(model, placement, result, devices))
+        runs.append(_run(model, name, placement, result, devices))
         if name in FUSING_PLACERS and fusion.clusters is None:
             details = placement.details
             fusion = replace(fusion, clusters=int(details["clusters"]), ccr_after=float(details["ccr_after"]))

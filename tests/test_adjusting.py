@@ -116,10 +116,12 @@ FREE_LINK = TransferModel(k=0.0, b=0.0, name="free")
 
 
 def place_both(graph, device_set, exploration_range=1):
-    """Celeritas and Order-Place on the same fusion; returns their outputs."""
+    """The paper's Celeritas (Adjusting Placement, static memory) and Order-Place on the same
+    fusion; returns their outputs."""
     indexed = index_graph(graph, device_set.typical_link)
-    options = {"exploration_range": exploration_range}
-    return indexed, celeritas(indexed, device_set, **options), order_place(indexed, device_set, **options)
+    options = {"exploration_range": exploration_range, "memory_model": "static"}
+    adjusting = celeritas(indexed, device_set, order_place_guard=False, **options)
+    return indexed, adjusting, order_place(indexed, device_set, **options)
 
 
 @settings(max_examples=60, deadline=None)
@@ -157,7 +159,7 @@ def test_every_move_returns_the_clusters_results_to_the_previous_device_before_s
     names = "/job:w/task:0-1/device:GPU:0-1" if two_hosts else "/device:GPU:0-3"
     device_set = DeviceSet.parse(names, max(1, int(memory * headroom / 4)), intra_host=link)
     indexed = index_graph(graph, device_set.typical_link)
-    output = celeritas(indexed, device_set, exploration_range=3)
+    output = celeritas(indexed, device_set, exploration_range=3, order_place_guard=False)
     coarse = index_graph(output.details["coarse_graph"])
     schedule = output.details["schedule"]
     order = cpd_topo_order(coarse)
@@ -192,6 +194,19 @@ def test_adjusting_can_be_slower_than_order_place_once_a_move_makes_the_new_devi
     assert ordered.estimated_makespan == pytest.approx(23)
     assert simulate(indexed, adjusting.op_devices, device_set).makespan == pytest.approx(113)
     assert simulate(indexed, ordered.op_devices, device_set).makespan == pytest.approx(23)
+
+
+def test_the_order_place_guard_keeps_order_places_placement_when_its_schedule_is_shorter():
+    graph = graph_from_edges(
+        [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
+        {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
+    )
+    device_set = devices(2)
+    indexed = index_graph(graph, device_set.typical_link)
+    guarded = celeritas(indexed, device_set, exploration_range=1)
+    assert guarded.details["cluster_placer"] == "order_place_clusters"
+    assert guarded.estimated_makespan == pytest.approx(23)
+    assert simulate(indexed, guarded.op_devices, device_set).makespan == pytest.approx(23)
 
 
 def test_adjusting_can_be_slower_than_order_place_when_its_moves_take_the_memory_a_later_cluster_needs():

@@ -318,7 +318,8 @@ def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_de
         cnn_costs,
         "--devices=/device:CPU:0-2",
         memory_share(cnn_costs, 1 / 3),
-        "--placer=celeritas",  # its static memory model splits the graph over the three devices
+        "--placer=celeritas",
+        "--placer_option=memory_model=static",  # the static memory model splits the graph over three devices
     )
     assert tfplace_command("place", *placed, f"--placement_out={placement_path}") == 0
     capsys.readouterr()

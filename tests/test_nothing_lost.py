@@ -39,10 +39,17 @@ def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_a
     needed = graph_memory(estimate_costs(graph, spec.train_op, spec.feed_fn, 8, **options).cost_graph)
     devices = DeviceSet.parse(f"/device:CPU:0-{DEVICES - 1}", needed * 2 // (DEVICES + 1))
     # two devices hold 80% of what the step needs in the static memory model, so Celeritas, placing
-    # by that model, must split it over three or more; auto, judging memory by simulating, may keep
+    # by that model (its gradient ops co-placed with their forward ops), must split it over three or more; auto, judging memory by simulating, may keep
     # it on fewer devices, which would prove less here
     placement = place(
-        graph, spec.train_op, spec.feed_fn, devices, batch_size=8, placer="celeritas", **options
+        graph,
+        spec.train_op,
+        spec.feed_fn,
+        devices,
+        batch_size=8,
+        placer="celeritas",
+        placer_options={"memory_model": "static"},
+        **options,
     )
 
     assert graph.as_graph_def() == untouched  # placing reads the graph, applying writes devices

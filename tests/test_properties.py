@@ -214,7 +214,7 @@ def test_every_overcommitted_device_and_only_those_are_reported_with_their_bytes
     placer, graph, spec, fraction
 ):
     devices = devices_for(spec, graph, fraction)
-    placement = place_cost_graph(graph, devices, placer, simulate=False)
+    placement = place_cost_graph(graph, devices, placer, simulate=False, memory_model="static")
 
     capacity = {d.name: d.memory for d in devices.devices}
     held = static_memory(graph, placement.assignment)
@@ -240,6 +240,7 @@ def test_memory_limits_are_honored_when_every_device_holds_the_placers_sufficien
     shape = DeviceSet.parse(spec, 1)
     cluster_memory = max(1.0, cluster_fraction * demand(graph, shape).total / len(shape))
     options = {"cluster_memory": cluster_memory} if placer in FUSING else {}
+    options["memory_model"] = "static"
     bound = sufficient_memory(placer, graph, shape, cluster_memory)
     devices = DeviceSet.parse(spec, bound + int(slack * bound))
     placement = place_cost_graph(graph, devices, placer, simulate=False, **options)
@@ -360,7 +361,12 @@ def test_at_its_sufficient_bytes_a_placer_splits_a_graph_no_device_could_hold_al
     bound = sufficient_memory(placer, graph, devices, cluster_memory)
     options = {"cluster_memory": cluster_memory} if placer in FUSING else {}
     placement = place_cost_graph(
-        graph, DeviceSet.parse("/device:GPU:0-3", bound), placer, simulate=False, **options
+        graph,
+        DeviceSet.parse("/device:GPU:0-3", bound),
+        placer,
+        simulate=False,
+        memory_model="static",
+        **options,
     )
 
     assert bound < need.total / 2

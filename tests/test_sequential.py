@@ -23,15 +23,17 @@ def test_dfs_topo_fills_the_first_device_to_its_memory_then_the_next():
     assert [placed[op] for op in "abcd"] == [0, 0, 0, 1]
 
 
-def test_m_topo_spreads_ops_with_its_uniform_cap():
+def test_m_topo_spreads_ops_with_its_uniform_cap_under_the_static_model():
     graph = graph_from_edges(
         [(f"s{i}", "sink", 0) for i in range(8)], persistent_bytes={f"s{i}": 10 for i in range(8)}
     )
     indexed = index_graph(graph)
-    placed = by_name(indexed, m_topo(indexed, DeviceSet.parse("/device:GPU:0-3", 1000)))
+    placed = by_name(
+        indexed, m_topo(indexed, DeviceSet.parse("/device:GPU:0-3", 1000), memory_model="static")
+    )
     counts = np.bincount([placed[f"s{i}"] for i in range(8)], minlength=4)
     assert counts.tolist() == [3, 3, 2, 0]  # cap 80 / 4 + 10 = 30 holds three 10-byte ops
-    placed = by_name(indexed, m_topo(indexed, DeviceSet.parse("/device:GPU:0-3", 25)))
+    placed = by_name(indexed, m_topo(indexed, DeviceSet.parse("/device:GPU:0-3", 25), memory_model="static"))
     counts = np.bincount([placed[f"s{i}"] for i in range(8)], minlength=4)
     assert counts.tolist() == [2, 2, 2, 2]  # a device smaller than the cap limits first
 

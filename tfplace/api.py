@@ -267,6 +267,7 @@ def place(
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
     progress: bool = True,
+    coplace_gradients: bool = True,
     **estimate_options: Any,
 ) -> Placement:
     """Measure ``graph``, place every op on ``devices`` for ``batch_size``, and return the placement.
@@ -284,7 +285,7 @@ def place(
         The (large) batch size to place for.
     memory : str, int or sequence, optional
         Memory of each device (``"32GB"``), when ``devices`` are names.
-    placer, placer_options, target_device, simulate
+    placer, placer_options, target_device, simulate, coplace_gradients
         See :func:`place_costs`.
     progress : bool
         Show each stage (profiling, placing) and the progress of the long ones on standard error;
@@ -317,6 +318,7 @@ def place(
             placer_options=placer_options,
             target_device=target_device,
             simulate=simulate,
+            coplace_gradients=coplace_gradients,
         )
         note("tfplace: measured and placed in %.1f s", time.perf_counter() - started)
     return placement
@@ -332,6 +334,7 @@ def place_costs(
     target_device: str | DeviceModel | None = None,
     simulate: bool = True,
     progress: bool = True,
+    coplace_gradients: bool = True,
 ) -> Placement:
     """Place a profiled step (a cost graph) on ``devices``; with ``structure``, the whole graph.
 
@@ -350,7 +353,8 @@ def place_costs(
         ``"celeritas"`` is the paper's algorithm; ``"order_place"``, ``"m_etf"``, ``"m_sct"``,
         ``"m_topo"``, ``"metis"``, ``"dfs_topo"`` and ``"single"`` the baselines.
     placer_options : mapping, optional
-        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``).
+        Keyword options of the placer (Celeritas: ``exploration_range``, ``cluster_memory``; every
+        placer: ``memory_model``, ``"liveness"`` by default or the paper's ``"static"``).
     target_device : str or DeviceModel, optional
         When the devices are not the kind that was profiled (GPUs placed from a CPU profile), a
         device model (``"V100-32GB"``, ...) that turns measured times into the target's.
@@ -358,6 +362,9 @@ def place_costs(
         Fill the estimated step time, peak memory and utilization from the simulator.
     progress : bool
         Show the stage and ``auto``'s search on standard error (see :func:`place`).
+    coplace_gradients : bool
+        Keep every gradient op on the device of the forward op it differentiates (the cost graph's
+        ``gradient_of``); graphs without gradient ops are placed alike either way.
 
     Returns
     -------
@@ -379,7 +386,12 @@ def place_costs(
             name,
         )
         placement = place_cost_graph(
-            cost_graph, devices, name, simulate=simulate, **dict(placer_options or {})
+            cost_graph,
+            devices,
+            name,
+            simulate=simulate,
+            coplace_gradients=coplace_gradients,
+            **dict(placer_options or {}),
         )
     if structure is not None:
         placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
@@ -400,7 +412,8 @@ def measurement_placement(estimated: CostGraph, structure: nx.DiGraph, devices: 
 
     ordered = estimated.copy()
     ordered.set_transfer_model(devices.typical_link)
-    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False)
+    # the static model: a real run at the target batch must not run out of memory
+    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False, memory_model="static")
     placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     return placement
 

@@ -156,7 +156,14 @@ PLACER_OPTION = _flag(
     flags.DEFINE_multi_string,
     "placer_option",
     [],
-    "KEY=VALUE option of the placer (celeritas: exploration_range=..., cluster_memory=...). Repeat for several.",
+    "KEY=VALUE option of the placer (celeritas: exploration_range=..., cluster_memory=...; every "
+    "placer: memory_model=liveness|static). Repeat for several.",
+)
+COPLACE_GRADIENTS = _flag(
+    flags.DEFINE_bool,
+    "coplace_gradients",
+    True,
+    "Keep each gradient op on its forward op's device (--nocoplace_gradients: place them freely).",
 )
 COST_GRAPH = _flag(
     flags.DEFINE_string,

@@ -25,6 +25,7 @@ from tfplace.cli.common import (
 )
 from tfplace.cli.options import (
     BATCH_SIZE,
+    COPLACE_GRADIENTS,
     COST_GRAPH,
     COST_GRAPH_OUT,
     DEVICE_FLAGS,
@@ -82,6 +83,7 @@ def _place() -> int:
             placer=PLACER.value,
             placer_options=options,
             target_device=TARGET_DEVICE.value,
+            coplace_gradients=COPLACE_GRADIENTS.value,
             **profiling_options(),
         )
     assert placement.cost_graph is not None
@@ -122,7 +124,14 @@ def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -
                 f"the cost graph has {len(foreign)} ops the graph lacks ({', '.join(foreign[:3])}): "
                 "was it profiled from another graph?"
             )
-    return place_costs(cost_graph, devices, structure=structure, placer=PLACER.value, placer_options=options)
+    return place_costs(
+        cost_graph,
+        devices,
+        structure=structure,
+        placer=PLACER.value,
+        placer_options=options,
+        coplace_gradients=COPLACE_GRADIENTS.value,
+    )
 
 
 def _write_placed_graph(graph: Any, placement: Placement) -> list[str]:
@@ -153,6 +162,7 @@ PLACE = Command(
     + (
         PLACER,
         PLACER_OPTION,
+        COPLACE_GRADIENTS,
         COST_GRAPH,
         OUT,
         PLACEMENT_OUT,

@@ -45,6 +45,11 @@ Node attributes (one node per operation, keyed by the op's name)
     ``batch_costs`` (dict or None, optional, version 3)
         The op's costs as functions of the batch size (the regression's coefficients,
         :func:`tfplace.estimator.regression.OpCostRegression.batch_costs`); ``None`` when not fitted.
+    ``gradient_of`` (str or None, optional, default ``None``)
+        The forward op whose gradient this op computes (TensorFlow's ``gradients/<op>_grad/``
+        scopes, :mod:`tfplace.core.gradients`); placers keep the two on one device unless told not to.
+        Version-1 files get it from the op names when loaded. A forward op outside the graph (a
+        step's subgraph keeps its ops' relation) relates nothing.
 
 Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
     ``bytes`` (int)
@@ -85,6 +90,7 @@ from typing import Any
 
 import networkx as nx
 
+from tfplace.core.gradients import gradient_relation
 from tfplace.core.transfer import TransferModel
 
 __all__ = [
@@ -101,6 +107,7 @@ __all__ = [
     "edge_time",
     "edge_transfers",
     "find_cycle_ops",
+    "gradient_pairs",
     "graph_memory",
     "load_json",
     "op_memory",
@@ -112,7 +119,8 @@ __all__ = [
 JSON_FORMAT = "tfplace.costgraph"
 JSON_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
-"""Versions :func:`load_json` reads: 2 adds a gradient-forward relation, 3 the split fields."""
+"""Versions :func:`load_json` reads: 2 adds ``gradient_of`` (version 1 gets it from the op names on
+load), 3 the split fields."""
 
 _NODE_DEFAULTS: dict[str, Any] = {
     "compute_time": 0.0,
@@ -126,6 +134,7 @@ _NODE_DEFAULTS: dict[str, Any] = {
 }
 _OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {
     "aliased_outputs": (),
+    "gradient_of": None,
     "attrs": None,
     "output_shapes": None,
     "inputs": None,
@@ -178,6 +187,7 @@ class CostGraph(nx.DiGraph):
         output_shapes: Iterable[Iterable[int]] | None = None,
         inputs: Iterable[tuple[str, int]] | None = None,
         batch_costs: Mapping[str, Any] | None = None,
+        gradient_of: str | None = None,
     ) -> None:
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
@@ -195,6 +205,7 @@ class CostGraph(nx.DiGraph):
             output_shapes=None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
             inputs=None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
             batch_costs=None if batch_costs is None else dict(batch_costs),
+            gradient_of=gradient_of,
         )
 
     def add_dependency(
@@ -259,6 +270,9 @@ class CostGraph(nx.DiGraph):
             _validate_edge(src, dst, attrs)
         for name, aliases in self.nodes(data="aliased_outputs", default=()):
             _validate_aliases(self, name, aliases)
+        for name, forward in self.nodes(data="gradient_of", default=None):
+            if forward is not None and (not isinstance(forward, str) or forward == name):
+                raise CostGraphError(f"op {name!r}: gradient_of must name another op, got {forward!r}")
         cycle = find_cycle_ops(self)
         if cycle:
             raise CostGraphError(
@@ -507,10 +521,11 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
-    if document.get("version") not in READABLE_VERSIONS or isinstance(document.get("version"), bool):
+    version = document.get("version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise CostGraphError(
-            f"{path}: cost graph version {document.get('version')!r}, this tfplace reads "
-            f"{', '.join(map(str, READABLE_VERSIONS))}"
+            f"{path}: cost graph version {version!r}, this tfplace reads versions "
+            + ", ".join(map(str, READABLE_VERSIONS))
         )
     metadata = document.get("graph", {})
     if not isinstance(metadata, dict):
@@ -525,7 +540,9 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         name = op["name"]
         if name in graph:
             raise CostGraphError(f"{path}: op {name!r} appears twice (ops[{index}])")
-        unknown = set(op) - set(_NODE_KEYS) - {"name"}
+        unknown = set(op) - set(_NODE_KEYS) - {"name"} | (
+            {"gradient_of"} & set(op) if version == 1 else set()
+        )
         if unknown:
             raise CostGraphError(f"{path}: op {name!r} has unknown fields {sorted(unknown)}")
         fields = {**_NODE_KEYS, **op}
@@ -563,8 +580,16 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
             transfer_time=edge.get("transfer_time", 0.0),
             control=edge.get("control", False),
         )
+    if version == 1:
+        for gradient, forward in gradient_relation(graph.nodes).items():
+            graph.nodes[gradient]["gradient_of"] = forward
     graph.validate()
     return graph
+
+
+def gradient_pairs(graph: nx.DiGraph) -> list[tuple[str, str]]:
+    """``(gradient op, forward op)`` for every op whose ``gradient_of`` is set, in graph order."""
+    return [(name, forward) for name, forward in graph.nodes(data="gradient_of", default=None) if forward]
 
 
 def _json_tuple(value: Any, what: str) -> tuple[Any, ...]:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import networkx as nx
 import numpy as np
 
+from tfplace.core.coplacement import coplaced_group_keys
 from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
@@ -90,7 +91,9 @@ class IndexedGraph:
         return 0.0 if link is None else self.edge_time(u, position, link)
 
 
-def index_graph(graph: nx.DiGraph, link: TransferModel | None = None) -> IndexedGraph:
+def index_graph(
+    graph: nx.DiGraph, link: TransferModel | None = None, *, coplace_gradients: bool = False
+) -> IndexedGraph:
     """Index the ops of a cost graph by position, in the graph's node order.
 
     Edge times are the graph's ``transfer_time``; with ``link`` they are recomputed from each edge's
@@ -101,19 +104,27 @@ def index_graph(graph: nx.DiGraph, link: TransferModel | None = None) -> Indexed
     predecessor lists are cut out of them; the predecessors of an op are listed in op order. The
     garbage collector is paused meanwhile: the millions of small lists this creates would otherwise
     make it traverse the whole cost graph again and again.
+
+    With ``coplace_gradients``, each op with a ``gradient_of`` joins its forward op's co-location
+    group (:func:`~tfplace.core.coplacement.coplaced_group_keys`); the groups are the only difference.
     """
     with gc_paused():
-        return _index(graph, link)
+        return _index(graph, link, coplace_gradients)
 
 
-def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
+def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: bool) -> IndexedGraph:
     names = list(graph.nodes)
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
     ops = [attrs for _, attrs in graph.nodes(data=True)]
     output_sizes = _column(ops, "output_sizes")
     aliases = _aliases(list(map(methodcaller("get", "aliased_outputs", ()), ops)), index, names)
-    group, group_members = _colocation_groups(_column(ops, "colocation_group"))
+    keys = _column(ops, "colocation_group")
+    kinds = _column(ops, "device_kinds")
+    if coplace_gradients:
+        forward = [index.get(f) for f in map(methodcaller("get", "gradient_of"), ops)]
+        keys = coplaced_group_keys(keys, forward, kinds)
+    group, group_members = _colocation_groups(keys)
     adjacency = [successors for _, successors in graph.adjacency()]
     outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
     edges = [attrs for successors in adjacency for attrs in successors.values()]
@@ -141,7 +152,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None) -> IndexedGraph:
         persistent=np.array(_column(ops, "persistent_bytes"), dtype=np.int64),
         outputs=_allocated_outputs(output_sizes, aliases),
         temporary=np.array(_column(ops, "temporary_bytes"), dtype=np.int64),
-        kinds=_column(ops, "device_kinds"),
+        kinds=kinds,
         output_sizes=output_sizes,
         aliases=aliases,
         succ=_split(dst.tolist(), succ_bounds),

@@ -25,12 +25,15 @@ def layered_training_graph(
     activation_bytes: float = 4e6,
     parameter_bytes: float = 2e6,
     transfer_model: TransferModel | None = None,
+    gradients: bool = False,
 ) -> CostGraph:
     """A forward/backward/update graph of about ``num_ops`` ops (``6 + 4 * branches`` per layer, plus
     the input and the loss).
 
     Costs are log-normal around the given means, drawn from ``seed``. Each layer's variable, its
-    read and its update op form one co-location group.
+    read and its update op form one co-location group. With ``gradients``, each backward op's
+    ``gradient_of`` names the forward op it differentiates (the ReLU's and the convolution's
+    gradients theirs, the gradient sum the concat, the weight gradient the first branch's conv).
     """
     if num_ops < 1 or branches < 1:
         raise ValueError("layered_training_graph needs num_ops >= 1 and branches >= 1")
@@ -54,6 +57,9 @@ def layered_training_graph(
             **extra,  # type: ignore[arg-type]
         )
         return name
+
+    def forward_of(name: str) -> str | None:
+        return name if gradients else None
 
     def edge(src: str, dst: str) -> None:
         graph.add_dependency(src, dst, slots=(0,) if graph.nodes[src]["output_sizes"] else ())
@@ -89,24 +95,39 @@ def layered_training_graph(
         grads = []
         for branch in range(branches):
             back = op(
-                f"grad/layer{layer}/b{branch}/relu", "ReluGrad", out=activation_bytes, time=compute_time / 8
+                f"grad/layer{layer}/b{branch}/relu",
+                "ReluGrad",
+                out=activation_bytes,
+                time=compute_time / 8,
+                gradient_of=forward_of(f"layer{layer}/b{branch}/relu"),
             )
             conv = op(
                 f"grad/layer{layer}/b{branch}/conv",
                 "Conv2DBackpropInput",
                 out=activation_bytes,
                 time=compute_time,
+                gradient_of=forward_of(f"layer{layer}/b{branch}/conv"),
             )
             edge(gradient, back)
             edge(f"layer{layer}/b{branch}/relu", back)
             edge(back, conv)
             edge(f"layer{layer}/read", conv)
             grads.append(conv)
-        join = op(f"grad/layer{layer}/addn", "AddN", out=activation_bytes, time=compute_time / 8)
+        join = op(
+            f"grad/layer{layer}/addn",
+            "AddN",
+            out=activation_bytes,
+            time=compute_time / 8,
+            gradient_of=forward_of(f"layer{layer}/concat"),
+        )
         for grad in grads:
             edge(grad, join)
         wgrad = op(
-            f"grad/layer{layer}/kernel", "Conv2DBackpropFilter", out=parameter_bytes / 20, time=compute_time
+            f"grad/layer{layer}/kernel",
+            "Conv2DBackpropFilter",
+            out=parameter_bytes / 20,
+            time=compute_time,
+            gradient_of=forward_of(f"layer{layer}/b0/conv"),
         )
         edge(forward_inputs[layer], wgrad)
         edge(grads[0], wgrad)

@@ -62,6 +62,7 @@ def place_cost_graph(
     placer: str = DEFAULT_PLACER,
     *,
     simulate: bool = True,
+    coplace_gradients: bool = True,
     **options: Any,
 ) -> Placement:
     """Place every op of ``graph`` on ``devices`` with the named placer.
@@ -74,6 +75,11 @@ def place_cost_graph(
     judged memory by the simulator, ``details["memory_model"] == "simulated"``) and repeat the
     placer's own warning (``details["warning"]``: m-SCT's unsolved LP, auto's simulated
     overcommit). An empty graph gives an empty placement with a step time of 0.
+
+    With ``coplace_gradients`` (the default) every gradient op stays with the forward op it
+    differentiates (the cost graph's ``gradient_of``, :mod:`tfplace.core.coplacement`); a graph without
+    gradient ops places as without it. An :class:`IndexedGraph` is placed with the groups it was
+    indexed with.
 
     Raises
     ------
@@ -88,7 +94,11 @@ def place_cost_graph(
         return placement
     start = time.perf_counter()
     with gc_paused():
-        indexed = graph if isinstance(graph, IndexedGraph) else index_graph(graph, devices.typical_link)
+        indexed = (
+            graph
+            if isinstance(graph, IndexedGraph)
+            else index_graph(graph, devices.typical_link, coplace_gradients=coplace_gradients)
+        )
         kahn_order(indexed)  # raises naming a cycle's ops, also for placers that never order the ops
         output = function(indexed, devices, **options)
     seconds = time.perf_counter() - start

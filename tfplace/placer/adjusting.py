@@ -84,8 +84,10 @@ class _Scheduler:
             default=0.0,
         )
 
-    def commit(self, v: int, groups: list[int], d: int, start: float, stay_start: float) -> None:
-        self.ledger.commit(groups, d)
+    def commit(
+        self, v: int, ops: Sequence[int], groups: list[int], d: int, start: float, stay_start: float
+    ) -> None:
+        self.ledger.commit(groups, d, ops)
         duration = float(self.coarse.compute[v])
         self.timelines[d].reserve(start, duration)
         self.device[v], self.start[v], self.finish[v] = d, start, start + duration
@@ -130,8 +132,8 @@ def adjusting_placement(
     previous = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
-        candidates = ledger.candidates(groups)
-        est = {d: scheduler.earliest_start(v, d) for d in candidates if ledger.fits(groups, d)}
+        candidates = _cluster_candidates(ledger, groups, members[v])
+        est = {d: scheduler.earliest_start(v, d) for d in candidates if ledger.fits(groups, d, members[v])}
         stay = est.get(previous, math.inf)
         if est:
             first = min(est, key=lambda d: (est[d], d))
@@ -141,9 +143,20 @@ def adjusting_placement(
             chosen = ledger.least_used(candidates)
             scheduler.best_effort.append(v)
         start = est[chosen] if chosen in est else scheduler.earliest_start(v, chosen)
-        scheduler.commit(v, groups, chosen, start, stay)
+        scheduler.commit(v, members[v], groups, chosen, start, stay)
         previous = chosen
     return scheduler.schedule()
+
+
+def _cluster_candidates(ledger: MemoryLedger, groups: list[int], ops: Sequence[int]) -> list[int]:
+    """Devices a cluster may go to: those its new groups can run on, narrowed to the devices its
+    ops already have (members of groups an earlier cluster placed, such as gradient ops co-placed
+    with their forward ops), so that the schedule runs the cluster where its ops run."""
+    candidates = ledger.candidates(groups)
+    pinned = ledger.placed_devices(ops)
+    if not pinned:
+        return candidates
+    return [d for d in candidates if d in pinned] or pinned
 
 
 def order_place_clusters(
@@ -156,9 +169,9 @@ def order_place_clusters(
     current = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
-        chosen, current, forced = next_fill_device(ledger, groups, current)
+        chosen, current, forced = next_fill_device(ledger, groups, current, members[v])
         if forced:
             scheduler.best_effort.append(v)
         start = scheduler.earliest_start(v, chosen)
-        scheduler.commit(v, groups, chosen, start, start)
+        scheduler.commit(v, members[v], groups, chosen, start, start)
     return scheduler.schedule()

@@ -191,6 +191,7 @@ def auto(
     *,
     margin: float = DEFAULT_MARGIN,
     budget: int = DEFAULT_BUDGET,
+    memory_model: str = "liveness",
 ) -> PlacerOutput:
     """The best ranked of the portfolio's placements after local improvement (module docstring).
 
@@ -202,6 +203,8 @@ def auto(
         Share of each device's memory the simulated peak must leave free to fit, in ``[0, 1)``.
     budget : int
         Op-simulations to spend (``ops * simulations``), > 0.
+    memory_model : str
+        The memory model of the portfolio's registered placers (:mod:`tfplace.placer.ledger`).
 
     Returns
     -------
@@ -217,7 +220,7 @@ def auto(
     contracted = contracted_graph(graph)
     template = MemoryLedger(graph, devices)
     with Progress("auto: simulations", simulations) as judge.progress:
-        for name, place in _candidates(template, contracted):
+        for name, place in _candidates(template, contracted, memory_model):
             if judge.left <= 0:
                 break
             judge.consider(name, place())
@@ -242,13 +245,13 @@ def auto(
 
 
 def _candidates(
-    template: MemoryLedger, contracted: Contracted
+    template: MemoryLedger, contracted: Contracted, memory_model: str
 ) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
     """The portfolio in order: ``(name, function returning op devices)``, placed only when asked;
     ``template`` is an empty ledger of the graph and devices."""
     graph, devices = template.graph, template.devices
     for name in _registered(len(graph)):
-        yield name, partial(_registered_placement, name, graph, devices)
+        yield name, partial(_registered_placement, name, graph, devices, memory_model)
     vertex_weights, adjacency, edge_weights = contracted
     balances = {"compute": vertex_weights, "memory": group_weights(graph, graph.memory)}
     for seed in VARIANT_SEEDS:
@@ -271,8 +274,10 @@ def _registered(ops: int) -> list[str]:
     return [*ALWAYS, *others]
 
 
-def _registered_placement(name: str, graph: IndexedGraph, devices: DeviceSet) -> np.ndarray:
-    return placer_function(name)(graph, devices).op_devices
+def _registered_placement(
+    name: str, graph: IndexedGraph, devices: DeviceSet, memory_model: str
+) -> np.ndarray:
+    return placer_function(name)(graph, devices, memory_model=memory_model).op_devices
 
 
 def _partition_placement(template: MemoryLedger, cut: Callable[[], np.ndarray]) -> np.ndarray:

@@ -23,6 +23,13 @@ __all__ = ["DEFAULT_EXPLORATION_RANGE", "celeritas", "order_place"]
 #: ``R`` of Eq. 6, the paper's choice (section 5.1.3).
 DEFAULT_EXPLORATION_RANGE = 200
 
+#: Under the liveness model, when the placer's own estimate of a device's peak exceeds it, the share
+#: of each device's memory the clusters may fill is bisected this many times, keeping the largest
+#: share whose placement fits. A cluster's co-location groups bring ops that run later (gradient ops
+#: co-placed with their forward ops, weight gradients held until the update) and must run where the
+#: group went whatever memory is left then; filling less leaves them room.
+FILL_BISECTIONS = 6
+
 ClusterPlacer = Callable[[IndexedGraph, Sequence[Sequence[int]], MemoryLedger], ClusterSchedule]
 
 
@@ -32,10 +39,21 @@ def celeritas(
     *,
     exploration_range: int = DEFAULT_EXPLORATION_RANGE,
     cluster_memory: float | None = None,
+    memory_model: str = "liveness",
+    order_place_guard: bool = True,
 ) -> PlacerOutput:
     """Optimal Operation Fusion with ``R = exploration_range`` and ``M = cluster_memory`` (default:
-    a quarter of the smallest device's memory, as the paper), then Adjusting Placement."""
-    return _fuse_and_place(graph, devices, exploration_range, cluster_memory, adjusting_placement)
+    a quarter of the smallest device's memory, as the paper), then Adjusting Placement; memory
+    counted by ``memory_model`` (:mod:`tfplace.placer.ledger`).
+
+    Section 5.2 argues that Adjusting Placement never runs slower than Order-Place, which is not a
+    theorem (:func:`~tfplace.placer.adjusting.adjusting_placement`). With ``order_place_guard``
+    Celeritas makes it true of its own schedule: it builds both on the same clusters and keeps
+    Order-Place's placement when that fits where Adjusting Placement's does not, or its schedule's
+    makespan is shorter. ``details["cluster_placer"]`` names the one kept.
+    """
+    placers = [adjusting_placement, order_place_clusters] if order_place_guard else [adjusting_placement]
+    return _fuse_and_place(graph, devices, exploration_range, cluster_memory, memory_model, placers)
 
 
 def order_place(
@@ -44,9 +62,18 @@ def order_place(
     *,
     exploration_range: int = DEFAULT_EXPLORATION_RANGE,
     cluster_memory: float | None = None,
+    memory_model: str = "liveness",
 ) -> PlacerOutput:
     """The same fusion, then Order-Place: clusters fill one device after another."""
-    return _fuse_and_place(graph, devices, exploration_range, cluster_memory, order_place_clusters)
+    return _fuse_and_place(
+        graph, devices, exploration_range, cluster_memory, memory_model, [order_place_clusters]
+    )
+
+
+def _fits_devices(ledger: MemoryLedger) -> bool:
+    """Whether every target's estimated peak is within its memory (the margin of
+    :data:`~tfplace.placer.ledger.LIVENESS_MARGIN` is for deciding, not for this final check)."""
+    return all(ledger.used(d) <= device.memory for d, device in enumerate(ledger.devices.devices))
 
 
 def _fuse_and_place(
@@ -54,13 +81,18 @@ def _fuse_and_place(
     devices: DeviceSet,
     exploration_range: int,
     cluster_memory: float | None,
-    place_clusters: ClusterPlacer,
+    memory_model: str,
+    cluster_placers: Sequence[ClusterPlacer],
 ) -> PlacerOutput:
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
     fusion = fuse(graph, cpd_topo_order(graph), exploration_range, memory_cap)
     coarse = index_graph(fusion.coarse)
-    ledger = MemoryLedger(graph, devices)
-    schedule = place_clusters(coarse, fusion.members, ledger)
+    placed = [
+        _place_within_memory(graph, devices, coarse, fusion.members, memory_model, place)
+        for place in cluster_placers
+    ]
+    best = min(range(len(placed)), key=lambda i: (not _fits_devices(placed[i][0]), placed[i][1].makespan, i))
+    ledger, schedule, share = placed[best]
     compute = float(graph.compute.sum())
     return PlacerOutput(
         op_devices=ledger.op_devices(),
@@ -71,8 +103,40 @@ def _fuse_and_place(
             "ccr_before": sum(map(sum, graph.succ_time)) / compute if compute else float("inf"),
             "ccr_after": ccr(fusion.coarse),
             "best_effort_clusters": len(schedule.best_effort),
+            "cluster_placer": cluster_placers[best].__name__,
+            "fill_share": share,
             "coarse_graph": fusion.coarse,
             "cluster_devices": schedule.devices,
             "schedule": schedule,
         },
     )
+
+
+def _place_within_memory(
+    graph: IndexedGraph,
+    devices: DeviceSet,
+    coarse: IndexedGraph,
+    members: Sequence[Sequence[int]],
+    memory_model: str,
+    place_clusters: ClusterPlacer,
+) -> tuple[MemoryLedger, ClusterSchedule, float]:
+    """Place the clusters filling all of each device's memory or, under liveness when the estimated
+    peak then exceeds a device, the largest bisected share of it that fits (:data:`FILL_BISECTIONS`)."""
+
+    def attempt(share: float) -> tuple[MemoryLedger, ClusterSchedule]:
+        capacity = [int(share * d.memory) for d in devices.devices]
+        ledger = MemoryLedger(graph, devices, capacity=capacity, memory_model=memory_model)
+        return ledger, place_clusters(coarse, members, ledger)
+
+    share = 1.0
+    ledger, schedule = attempt(share)
+    if memory_model == "liveness" and not _fits_devices(ledger):
+        low, high = 0.0, 1.0
+        for _ in range(FILL_BISECTIONS):
+            middle = (low + high) / 2
+            trial = attempt(middle)
+            if _fits_devices(trial[0]):
+                share, (ledger, schedule), low = middle, trial, middle
+            else:
+                high = middle
+    return ledger, schedule, share

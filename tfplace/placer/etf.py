@@ -116,19 +116,22 @@ class EtfSchedule:
         return float(self.finish.max()) if len(self.finish) else 0.0
 
 
-def m_etf(graph: IndexedGraph, devices: DeviceSet) -> PlacerOutput:
+def m_etf(graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liveness") -> PlacerOutput:
     """Baechi's m-ETF: earliest-start-time list scheduling under device memory limits.
 
     Returns the placement with ``estimated_makespan`` (the schedule's makespan) and ``details``:
     ``best_effort_ops``, ``transfers``, ``transfer_bytes``, ``peak_memory`` (dynamic, per device
-    name) and ``schedule`` (the :class:`EtfSchedule`).
+    name) and ``schedule`` (the :class:`EtfSchedule`). ``memory_model="static"`` checks memory
+    with the static sum instead of the dynamic model (the ledger's estimate follows the model).
     """
-    ledger = MemoryLedger(graph, devices)
-    schedule = etf_schedule(graph, ledger)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
+    schedule = etf_schedule(graph, ledger, static_memory=memory_model == "static")
     return _output(graph, ledger, schedule, {})
 
 
-def m_sct(graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.0) -> PlacerOutput:
+def m_sct(
+    graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.0, memory_model: str = "liveness"
+) -> PlacerOutput:
     """Baechi's m-SCT: m-ETF whose devices wait for the favorite child of their last op.
 
     Favorite children come from the relaxed LP (:func:`~tfplace.placer.favorite_child.favorite_children`,
@@ -139,20 +142,24 @@ def m_sct(graph: IndexedGraph, devices: DeviceSet, *, lp_time_limit: float = 60.
     """
     lp = favorite_children(graph, devices.typical_link, time_limit=lp_time_limit)
     details: dict[str, object] = {"lp": lp.report()}
-    ledger = MemoryLedger(graph, devices)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     if lp.solved:
-        schedule = etf_schedule(graph, ledger, favorite=lp.favorite)
+        schedule = etf_schedule(graph, ledger, favorite=lp.favorite, static_memory=memory_model == "static")
         parents = np.flatnonzero(lp.favorite != NO_FAVORITE)
         same = schedule.device[parents] == schedule.device[lp.favorite[parents]]
         details["favorites_on_parent_device"] = int(same.sum())
     else:
         details["warning"] = f"m-SCT's LP was not solved ({lp.message}); the placement is m-ETF's"
-        schedule = etf_schedule(graph, ledger)
+        schedule = etf_schedule(graph, ledger, static_memory=memory_model == "static")
     return _output(graph, ledger, schedule, details)
 
 
 def etf_schedule(
-    graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None = None
+    graph: IndexedGraph,
+    ledger: MemoryLedger,
+    favorite: np.ndarray | None = None,
+    *,
+    static_memory: bool = False,
 ) -> EtfSchedule:
     """Schedule and place every op of ``graph`` (module docstring), committing groups to ``ledger``.
 
@@ -164,6 +171,8 @@ def etf_schedule(
         Empty ledger on the target devices; its capacities are the memory limits.
     favorite : numpy.ndarray, optional
         Favorite child of each op (``-1`` for none): m-SCT's reservation rule. Without it, m-ETF.
+    static_memory : bool
+        Check memory with the ledger's static sum instead of the dynamic model.
 
     Returns
     -------
@@ -174,12 +183,13 @@ def etf_schedule(
     CostGraphError
         When the graph has a cycle.
     """
-    return _ListScheduler(graph, ledger, favorite).run()
+    return _ListScheduler(graph, ledger, favorite, static_memory).run()
 
 
 def _output(
     graph: IndexedGraph, ledger: MemoryLedger, schedule: EtfSchedule, details: dict[str, object]
 ) -> PlacerOutput:
+    ledger.run(schedule.order)  # the liveness estimate along the schedule's start order
     names = [d.name for d in ledger.devices.all_devices]
     details.update(
         best_effort_ops=[graph.names[op] for op in schedule.best_effort],
@@ -196,8 +206,11 @@ def _output(
 class _ListScheduler:
     """The state of one :func:`etf_schedule` run; ``run`` is the event loop."""
 
-    def __init__(self, graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None):
+    def __init__(
+        self, graph: IndexedGraph, ledger: MemoryLedger, favorite: np.ndarray | None, static_memory: bool
+    ):
         self.graph = graph
+        self.static_memory = static_memory
         self.ledger = ledger
         devices = ledger.devices
         n = len(graph)
@@ -390,6 +403,8 @@ class _ListScheduler:
         return missing
 
     def _fits(self, v: int, d: int, t: float) -> bool:
+        if self.static_memory:
+            return self.ledger.fits(self.ledger.new_groups([v]), d)
         self._release(d, t)
         demand = self.outputs[v] + self.temporary[v]
         demand += sum(self._tensor_bytes(u, p, k) for u, p, k in self._missing_inputs(v, d))

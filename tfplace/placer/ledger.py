@@ -1,7 +1,14 @@
 """Device memory and placement constraints that every placer shares.
 
-The static memory model: a device holds the persistent memory and every output of the ops placed
-on it, plus the largest temporary memory of any one of them (``resident + peak temporary``).
+Two memory models (``memory_model``):
+
+* ``"static"`` (Celeritas Eq. 6 and Algorithm 2, the paper's): a device holds the persistent memory
+  and every output of the ops placed on it, plus the largest temporary memory of any one of them
+  (``resident + peak temporary``).
+* ``"liveness"``: the peak of the tensors live on the device along the placer's own schedule, the
+  ops running in the order the placer passes them (:mod:`tfplace.placer.liveness`). A placer that
+  uses it passes the ops it runs to :meth:`MemoryLedger.fits` and :meth:`MemoryLedger.commit`
+  (or :meth:`MemoryLedger.run` for ops whose groups are placed already).
 
 Co-location follows Celeritas section 6.1 (and Baechi): the first op of a group that is placed
 decides the device of the whole group, and the whole group's memory is counted there at once.
@@ -19,8 +26,16 @@ import numpy as np
 from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
+from tfplace.placer.liveness import LiveMemory
 
-__all__ = ["UNPLACED", "MemoryLedger", "Overcommit"]
+__all__ = ["LIVENESS_MARGIN", "MEMORY_MODELS", "UNPLACED", "MemoryLedger", "Overcommit", "check_memory_model"]
+
+#: The memory models a ledger counts with; the placers' default is the first.
+MEMORY_MODELS = ("liveness", "static")
+#: Share of a device's capacity the liveness model leaves free: the simulator runs a device's ops
+#: in first-ready order, not quite the placer's, and its peak differs by a few percent (the same
+#: margin as ``auto``'s).
+LIVENESS_MARGIN = 0.05
 
 UNPLACED = -1
 
@@ -56,10 +71,20 @@ class MemoryLedger:
     capacity : sequence of int, optional
         Bytes a placer may fill on each target; defaults to each device's memory. Placers that
         spread ops on purpose (m-TOPO's uniform cap) pass a lower cap.
+    memory_model : {"static", "liveness"}
+        How :meth:`fits` and :meth:`used` count (module docstring).
     """
 
-    def __init__(self, graph: IndexedGraph, devices: DeviceSet, capacity: Sequence[int] | None = None):
+    def __init__(
+        self,
+        graph: IndexedGraph,
+        devices: DeviceSet,
+        capacity: Sequence[int] | None = None,
+        memory_model: str = "static",
+    ):
+        check_memory_model(memory_model)
         self.graph = graph
+        self.memory_model = memory_model
         self.devices = devices
         all_devices = devices.all_devices
         self.num_targets = len(devices)
@@ -72,11 +97,16 @@ class MemoryLedger:
         self.resident = np.zeros(len(all_devices), dtype=np.int64)
         self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
         self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
+        self._groups: list[int] = graph.group.tolist()
         groups = len(graph.group_members)
         self.group_resident = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_resident, graph.group, graph.resident)
         self.group_temporary = np.zeros(groups, dtype=np.int64)
         np.maximum.at(self.group_temporary, graph.group, graph.temporary)
+        self.group_persistent = np.zeros(groups, dtype=np.int64)
+        np.add.at(self.group_persistent, graph.group, graph.persistent)
+        self.live = self._live_memory()
+        self._replayed: np.ndarray | None = None
         everywhere = tuple(range(self.num_targets))
         self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
         constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
@@ -106,18 +136,48 @@ class MemoryLedger:
         ledger.resident = np.zeros_like(self.resident)
         ledger.peak_temporary = np.zeros_like(self.peak_temporary)
         ledger.group_device = np.full_like(self.group_device, UNPLACED)
+        ledger.live = ledger._live_memory()
+        ledger._replayed = None
         return ledger
+
+    def _live_peaks(self) -> np.ndarray:
+        live = self.live
+        assert live is not None
+        if not live.complete:
+            return live.peak
+        if self._replayed is None:
+            device_of = self.op_devices().tolist()
+            replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__, eager_sends=True)
+            placed = self.group_device != UNPLACED
+            persistent = np.bincount(
+                self.group_device[placed], weights=self.group_persistent[placed], minlength=len(self.capacity)
+            )
+            for d in np.flatnonzero(persistent).tolist():
+                replay.add_persistent(d, int(persistent[d]))
+            replay.run(live.order, UNPLACED)
+            self._replayed = replay.peak
+        return self._replayed
+
+    def _live_memory(self) -> LiveMemory | None:
+        if self.memory_model != "liveness":
+            return None
+        return LiveMemory(self.graph, len(self.capacity), self.device_of)
 
     # -- queries -----------------------------------------------------------------------------
 
     def device_of(self, op: int) -> int:
         """Device of an op's group, or :data:`UNPLACED`."""
-        return int(self.group_device[self.graph.group[op]])
+        return int(self.group_device[self._groups[op]])
 
     def new_groups(self, ops: Sequence[int]) -> list[int]:
         """Groups touched by ``ops`` that are not placed yet, each once, in the order of ``ops``."""
         groups = self.graph.group[np.asarray(ops, dtype=np.int64)]
         return list(dict.fromkeys(groups[self.group_device[groups] == UNPLACED].tolist()))
+
+    def placed_devices(self, ops: Sequence[int]) -> list[int]:
+        """Devices the already placed groups of ``ops`` are on, sorted."""
+        devices = self.group_device[self.graph.group[np.asarray(ops, dtype=np.int64)]]
+        return sorted(set(devices[devices != UNPLACED].tolist()))
 
     def candidates(self, groups: Sequence[int]) -> list[int]:
         """Targets that may take unplaced ``groups``: those every group with a kernel choice
@@ -143,11 +203,21 @@ class MemoryLedger:
         return int(self.group_resident[index].sum()), int(self.group_temporary[index].max())
 
     def used(self, device: int) -> int:
-        """Bytes a device holds: resident memory plus the largest temporary memory."""
+        """Bytes a device holds: resident memory plus the largest temporary memory (static), or
+        the peak of its live memory so far (liveness; once every op ran, replayed with tensors
+        sent as soon as they are made, :mod:`tfplace.placer.liveness`)."""
+        if self.live is not None:
+            return int(self._live_peaks()[device])
         return int(self.resident[device] + self.peak_temporary[device])
 
-    def fits(self, groups: Sequence[int], device: int) -> bool:
-        """Whether ``groups`` fit in the capacity left on ``device``."""
+    def fits(self, groups: Sequence[int], device: int, ops: Sequence[int] = ()) -> bool:
+        """Whether ``groups`` fit in the capacity left on ``device``; under liveness, whether the
+        device's peak stays within it when the groups' persistent memory is placed there and
+        ``ops`` run next."""
+        if self.live is not None:
+            persistent = sum(int(self.group_persistent[g]) for g in groups if device in self.group_targets[g])
+            peak = self.live.peak_after(ops, device, device, persistent)
+            return peak <= (1 - LIVENESS_MARGIN) * self.capacity[device]
         resident, temporary = self.demand(groups, device)
         after = self.resident[device] + resident + max(int(self.peak_temporary[device]), temporary)
         return bool(after <= self.capacity[device])
@@ -158,10 +228,19 @@ class MemoryLedger:
 
     # -- updates -----------------------------------------------------------------------------
 
-    def commit(self, groups: Iterable[int], device: int) -> None:
+    def commit(self, groups: Iterable[int], device: int, ops: Sequence[int] = ()) -> None:
         """Place unplaced ``groups`` on ``device``, each whole; a group that cannot run there goes
-        to its least-used allowed target, or to the fallback CPU of ``device``'s host."""
-        groups = list(groups)
+        to its least-used allowed target, or to the fallback CPU of ``device``'s host. Then
+        ``ops`` run (:meth:`run`)."""
+        self._commit(list(groups), device)
+        self.run(ops)
+
+    def run(self, ops: Sequence[int]) -> None:
+        """Under liveness, ``ops`` (their groups placed) run next, in order; static: nothing."""
+        if self.live is not None:
+            self.live.run(ops, UNPLACED)
+
+    def _commit(self, groups: list[int], device: int) -> None:
         runnable = [g for g in groups if device in self.group_targets[g]]
         if runnable:
             self._place_groups(runnable, device)
@@ -177,6 +256,8 @@ class MemoryLedger:
     def _place_groups(self, groups: list[int], device: int) -> None:
         index = np.asarray(groups, dtype=np.int64)
         self.group_device[index] = device
+        if self.live is not None:
+            self.live.add_persistent(device, int(self.group_persistent[index].sum()))
         self.resident[device] += self.group_resident[index].sum()
         self.peak_temporary[device] = max(self.peak_temporary[device], self.group_temporary[index].max())
 
@@ -197,3 +278,9 @@ class MemoryLedger:
             for d in range(self.num_targets)
             if self.used(d) > memory[d]
         ]
+
+
+def check_memory_model(memory_model: str) -> None:
+    """Raise ``ValueError`` naming the choices when ``memory_model`` is not one of them."""
+    if memory_model not in MEMORY_MODELS:
+        raise ValueError(f"unknown memory_model {memory_model!r}; choose one of: {', '.join(MEMORY_MODELS)}")

@@ -24,6 +24,7 @@ import pymetis
 
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
+from tfplace.core.orders import kahn_order
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
 
@@ -33,7 +34,14 @@ _MAX_EDGE_WEIGHT = 1 << 20
 _MEAN_VERTEX_WEIGHT = 1000
 
 
-def metis(graph: IndexedGraph, devices: DeviceSet, *, imbalance: float = 0.03, seed: int = 0) -> PlacerOutput:
+def metis(
+    graph: IndexedGraph,
+    devices: DeviceSet,
+    *,
+    imbalance: float = 0.03,
+    seed: int = 0,
+    memory_model: str = "liveness",
+) -> PlacerOutput:
     """Partition ``graph`` with METIS's k-way method and place part ``k`` on target ``k``.
 
     Parameters
@@ -47,6 +55,9 @@ def metis(graph: IndexedGraph, devices: DeviceSet, *, imbalance: float = 0.03, s
         (METIS's ``ufactor``, in thousandths; METIS's own default for k-way is 0.03).
     seed : int
         METIS's random seed, fixed so that placements are reproducible.
+    memory_model : str
+        How the reported memory estimate counts (METIS places without memory); under liveness the
+        ops run in Kahn order (:mod:`tfplace.placer.ledger`).
 
     Returns
     -------
@@ -59,9 +70,10 @@ def metis(graph: IndexedGraph, devices: DeviceSet, *, imbalance: float = 0.03, s
     vertex_weights, adjacency, edge_weights = contracted_graph(graph)
     parts = len(devices)
     part = partition(vertex_weights, adjacency, edge_weights, parts, imbalance=imbalance, seed=seed)
-    ledger = MemoryLedger(graph, devices)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
     for group, device in enumerate(part.tolist()):
         ledger.commit([group], device)
+    ledger.run(kahn_order(graph))
     op_devices = ledger.op_devices()
     names = [d.name for d in devices.all_devices]
     compute = np.bincount(op_devices, weights=graph.compute, minlength=len(names))

@@ -6,7 +6,9 @@
   ``graph memory / devices + largest op memory`` on each device, which spreads the model evenly.
 * :func:`single_device`: every op on the first device (ops with no kernel there excepted).
 
-Co-location groups are placed whole when their first op is reached, with their whole memory.
+Co-location groups are placed whole when their first op is reached. Memory is counted by
+liveness along the fill order unless ``memory_model="static"`` (:mod:`tfplace.placer.ledger`);
+m-TOPO's "graph memory" is then the peak of the whole step on one device in Kahn order.
 """
 
 from __future__ import annotations
@@ -23,16 +25,19 @@ from tfplace.placer.ledger import MemoryLedger
 __all__ = ["dfs_topo", "fill_in_order", "m_topo", "next_fill_device", "single_device"]
 
 
-def next_fill_device(ledger: MemoryLedger, groups: Sequence[int], current: int) -> tuple[int, int, bool]:
+def next_fill_device(
+    ledger: MemoryLedger, groups: Sequence[int], current: int, ops: Sequence[int] = ()
+) -> tuple[int, int, bool]:
     """Where the next unit goes when devices are filled one after another.
 
     Returns ``(device, new current device, best_effort)``: the first candidate at or after
     ``current`` with room for ``groups``; a unit restricted to some device kinds does not move the
-    fill position; when no device has room, the least used candidate (best effort).
+    fill position; when no device has room, the least used candidate (best effort). ``ops`` are
+    the ops that run next (the liveness model's check).
     """
     candidates = ledger.candidates(groups)
     for d in candidates:
-        if d >= current and ledger.fits(groups, d):
+        if d >= current and ledger.fits(groups, d, ops):
             unrestricted = len(candidates) == ledger.num_targets
             return d, d if unrestricted else current, False
     return ledger.least_used(candidates), current, True
@@ -46,9 +51,10 @@ def fill_in_order(ledger: MemoryLedger, units: Iterable[Sequence[int]]) -> list[
     for index, unit in enumerate(units):
         groups = ledger.new_groups(unit)
         if not groups:
+            ledger.run(unit)
             continue
-        device, current, forced = next_fill_device(ledger, groups, current)
-        ledger.commit(groups, device)
+        device, current, forced = next_fill_device(ledger, groups, current, unit)
+        ledger.commit(groups, device, unit)
         if forced:
             best_effort.append(index)
     return best_effort
@@ -63,27 +69,43 @@ def _sequential(graph: IndexedGraph, ledger: MemoryLedger, order: list[int], nam
     )
 
 
-def dfs_topo(graph: IndexedGraph, devices: DeviceSet, **options: Any) -> PlacerOutput:
+def dfs_topo(
+    graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liveness", **options: Any
+) -> PlacerOutput:
     """Ops in DFS-TOPO order fill each device up to its memory, then the next."""
     _no_options("dfs_topo", options)
-    return _sequential(graph, MemoryLedger(graph, devices), dfs_topo_order(graph), "dfs_topo")
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
+    return _sequential(graph, ledger, dfs_topo_order(graph), "dfs_topo")
 
 
-def m_topo(graph: IndexedGraph, devices: DeviceSet, **options: Any) -> PlacerOutput:
-    """Baechi's m-TOPO: Kahn order, each device capped at ``graph memory / m + largest op memory``."""
+def m_topo(
+    graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liveness", **options: Any
+) -> PlacerOutput:
+    """Baechi's m-TOPO: Kahn order, each device capped at ``graph memory / m + largest op memory``
+    (graph memory: the static sum, or under liveness the step's peak on one device)."""
     _no_options("m_topo", options)
     capacity = [d.memory for d in devices.devices]
+    order = kahn_order(graph)
     memory = graph.memory
-    cap = int(memory.sum()) // len(capacity) + (int(memory.max()) if len(graph) else 0)
-    ledger = MemoryLedger(graph, devices, capacity=[min(c, cap) for c in capacity])
-    return _sequential(graph, ledger, kahn_order(graph), "kahn")
+    largest = int(memory.max()) if len(graph) else 0
+    if memory_model == "static":
+        total = int(memory.sum())
+    else:
+        whole = MemoryLedger(graph, devices, memory_model=memory_model)
+        whole.commit(range(len(graph.group_members)), 0, order)
+        total = whole.used(0)
+    cap = total // len(capacity) + largest
+    ledger = MemoryLedger(graph, devices, capacity=[min(c, cap) for c in capacity], memory_model=memory_model)
+    return _sequential(graph, ledger, order, "kahn")
 
 
-def single_device(graph: IndexedGraph, devices: DeviceSet, **options: Any) -> PlacerOutput:
+def single_device(
+    graph: IndexedGraph, devices: DeviceSet, *, memory_model: str = "liveness", **options: Any
+) -> PlacerOutput:
     """Every op on the first target device (ops with no kernel there go where they can run)."""
     _no_options("single", options)
-    ledger = MemoryLedger(graph, devices)
-    ledger.commit(range(len(graph.group_members)), 0)
+    ledger = MemoryLedger(graph, devices, memory_model=memory_model)
+    ledger.commit(range(len(graph.group_members)), 0, kahn_order(graph))
     return PlacerOutput(op_devices=ledger.op_devices(), ledger=ledger)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import networkx as nx
 
 from tfplace.core.costgraph import CostGraph, find_cycle_ops
+from tfplace.core.gradients import gradient_relation
 from tfplace.tf_graph.constraints import colocation_groups, group_device_kinds, op_device_kinds
 from tfplace.tf_graph.split_attrs import op_inputs, op_output_shapes, op_split_attrs
 
@@ -55,8 +56,8 @@ class ImportedGraph:
     Attributes
     ----------
     cost_graph : CostGraph
-        The structure: every op, with ``op_type``, ``colocation_group``, ``device_kinds`` and
-        ``output_sizes`` (bytes of each output whose shape is fully known statically, else 0);
+        The structure: every op, with ``op_type``, ``colocation_group``, ``device_kinds``,
+        ``gradient_of`` (:func:`tfplace.core.gradients.gradient_relation`) and ``output_sizes`` (bytes of each output whose shape is fully known statically, else 0);
         compute times and memory are 0 until the estimator fills them.
     graph_def : GraphDef
         The graph the cost graph was read from.
@@ -273,6 +274,7 @@ def import_graph(source: Any, fetches: Any = None) -> ImportedGraph:
     fetch_ops = fetch_op_names(graph, fetches) if fetches is not None else ()
     groups = colocation_groups(graph)
     kinds = group_device_kinds({op.name: op_device_kinds(op) for op in ops}, groups)
+    forward = gradient_relation((op.name for op in ops), _class_targets(ops))
     name = Path(source).stem if isinstance(source, (str, os.PathLike)) else ""
     cost_graph = CostGraph(name=name, source="tensorflow")
     for op in ops:
@@ -285,6 +287,7 @@ def import_graph(source: Any, fetches: Any = None) -> ImportedGraph:
             attrs=op_split_attrs(op),
             output_shapes=op_output_shapes(op),
             inputs=op_inputs(op),
+            gradient_of=forward.get(op.name),
         )
     back_edges = []
     for op in ops:
@@ -304,6 +307,14 @@ def import_graph(source: Any, fetches: Any = None) -> ImportedGraph:
         requested_devices={op.name: op.device for op in ops if op.device},
         fetches=fetch_ops,
     )
+
+
+def _class_targets(ops: Sequence[Any]) -> dict[str, list[str]]:
+    """The ops each op's ``_class`` attribute names (``loc:@<op>``), for ops that have one."""
+    targets = {
+        op.name: [entry.decode().removeprefix("loc:@") for entry in op.colocation_groups()] for op in ops
+    }
+    return {name: names for name, names in targets.items() if names and names != [name]}
 
 
 def _check_acyclic(dependencies: nx.DiGraph) -> None:

@@ -1,0 +1,182 @@
+"""The liveness memory model of the placers that fill devices in an order (m-TOPO, DFS-TOPO,
+Order-Place, Celeritas): the peak of the tensors live on a device along the placer's own schedule.
+
+The placer runs ops one after another in its order (a topological order: Kahn's, DFS-TOPO's or
+CPD-TOPO's clusters); each op runs on its group's device. On that schedule a device holds
+
+* the persistent memory of every group placed on it, for the whole step (from time 0, so placing a
+  group raises the device's past peak too);
+* an op's outputs from its start until every consumer has run (a consumer on another device
+  received its copy by then);
+* a tensor received from another device until every consumer of its producer has run;
+* an op's temporary memory while it runs.
+
+While placing, a placer does not know where later consumers go, so a tensor is counted on their
+device from the moment the first of them runs there. Once every op is placed, the estimate is
+replayed in the same order with each tensor sent as soon as its producer finished (``eager_sends``),
+as the executor (and the simulator) does: a device that runs the late consumers of early tensors,
+the backward pass of activations made elsewhere, holds them while it waits. The estimate of a
+device is its peak (:attr:`LiveMemory.peak`). m-ETF and m-SCT keep Baechi's
+dynamic model in their own list scheduler (:mod:`tfplace.placer.etf`), which follows the same
+rules with start and finish times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from tfplace.core.indexed import IndexedGraph
+
+__all__ = ["LiveMemory"]
+
+_Held = dict[int, int]
+"""Device -> bytes of one op's outputs (or a received copy of them) held there."""
+
+
+class LiveMemory:
+    """Live bytes and peak of each device as ops run in the placer's order.
+
+    ``device_of(op)`` gives the device an op's group went to (or a negative number when unplaced);
+    :meth:`peak_after` is the check of a placer's memory test, :meth:`run` the commit.
+    """
+
+    def __init__(
+        self, graph: IndexedGraph, devices: int, device_of: Callable[[int], int], *, eager_sends: bool = False
+    ):
+        self.graph = graph
+        self.device_of = device_of
+        self.eager_sends = eager_sends
+        self.order: list[int] = []
+        self.live = [0] * devices
+        self.peaks = [0] * devices
+        self.outputs: list[int] = graph.outputs.tolist()
+        self.temporary: list[int] = graph.temporary.tolist()
+        self.pending = list(map(len, graph.succ))
+        self.held: list[_Held | None] = [None] * len(graph)
+        self.ran = [False] * len(graph)
+
+    @property
+    def peak(self) -> np.ndarray:
+        """Peak bytes of each device so far."""
+        return np.array(self.peaks, dtype=np.int64)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every op has run."""
+        return len(self.order) == len(self.ran)
+
+    def add_persistent(self, device: int, nbytes: int) -> None:
+        """Persistent memory placed on ``device``: held from the step's start to its end."""
+        self.live[device] += nbytes
+        self.peaks[device] += nbytes
+
+    def peak_after(self, ops: Sequence[int], device: int, default: int, persistent: int = 0) -> int:
+        """The peak of ``device`` if ``persistent`` bytes were placed on it and ``ops`` ran next
+        (each on its group's device, ``default`` for an unplaced one); nothing changes."""
+        graph = self.graph
+        outputs, temporary, device_of, before = self.outputs, self.temporary, self.device_of, self.held
+        live = self.live[device] + persistent
+        peak = max(self.peaks[device] + persistent, live)
+        pending: dict[int, int] = {}
+        held: dict[int, int] = {}  # bytes of an op's outputs on ``device``, as the trial changes them
+
+        def bytes_on_device(op: int) -> int:
+            if op in held:
+                return held[op]
+            entry = before[op]
+            return entry.get(device, 0) if entry is not None else 0
+
+        for v in ops:
+            d = device_of(v)
+            if (d if d >= 0 else default) != device:
+                continue
+            received = 0
+            for p, position in zip(graph.pred[v], graph.pred_position[v]):
+                if p not in held:
+                    entry = before[p]
+                    if entry is None or device not in entry:
+                        held[p] = graph.succ_bytes[p][position]
+                        received += held[p]
+            taken = 0
+            for _, u, slot in graph.aliases[v]:
+                size = _slot_size(graph.output_sizes[u], slot)
+                current = bytes_on_device(u)
+                if current >= size:
+                    held[u] = current - size
+                    taken += size
+            held[v] = outputs[v] + taken
+            live += outputs[v] + received
+            if live + temporary[v] > peak:
+                peak = live + temporary[v]
+            for p in graph.pred[v]:
+                left = pending.get(p, self.pending[p]) - 1
+                pending[p] = left
+                if not left:
+                    live -= bytes_on_device(p)
+                    held[p] = 0
+            if not graph.succ[v]:
+                live -= held[v]
+                held[v] = 0
+        return peak
+
+    def run(self, ops: Iterable[int], default: int) -> None:
+        """Run ``ops`` in order, each on its group's device (``default`` when unplaced)."""
+        graph = self.graph
+        live, peaks, pending, all_held, ran = self.live, self.peaks, self.pending, self.held, self.ran
+        outputs, temporary, device_of, order = self.outputs, self.temporary, self.device_of, self.order
+        for v in ops:
+            if ran[v]:
+                continue
+            d = device_of(v)
+            if d < 0:
+                d = default
+            for p, position in zip(graph.pred[v], graph.pred_position[v]):
+                producer = all_held[p]
+                if producer is not None and d not in producer:
+                    producer[d] = graph.succ_bytes[p][position]
+                    live[d] += producer[d]
+            taken = 0
+            for _, u, slot in graph.aliases[v]:
+                size = _slot_size(graph.output_sizes[u], slot)
+                source = all_held[u]
+                if source is not None and source.get(d, 0) >= size:
+                    source[d] -= size
+                    taken += size
+            held = all_held[v] = {d: outputs[v] + taken}
+            live[d] += outputs[v]
+            if live[d] + temporary[v] > peaks[d]:
+                peaks[d] = live[d] + temporary[v]
+            if self.eager_sends:
+                self._send(v, d, held)
+            ran[v] = True
+            order.append(v)
+            for p in graph.pred[v]:
+                pending[p] -= 1
+                if not pending[p]:
+                    self._free(p)
+            if not graph.succ[v]:
+                self._free(v)
+
+    def _send(self, v: int, d: int, held: _Held) -> None:
+        """Copies of ``v``'s outputs sent right away to its consumers' other devices."""
+        graph = self.graph
+        for w, nbytes in zip(graph.succ[v], graph.succ_bytes[v]):
+            other = self.device_of(w)
+            if other != d and nbytes and held.get(other, 0) < nbytes:
+                self.live[other] += nbytes - held.get(other, 0)
+                held[other] = nbytes
+                self.peaks[other] = max(self.peaks[other], self.live[other])
+
+    def _free(self, op: int) -> None:
+        held = self.held[op]
+        if held is None:
+            return
+        for d, nbytes in held.items():
+            self.live[d] -= nbytes
+        self.held[op] = None
+
+
+def _slot_size(sizes: tuple[int, ...], slot: int) -> int:
+    return sizes[slot] if slot < len(sizes) else 0
