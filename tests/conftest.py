@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from helpers import feed_function
+from tfplace.estimator.perturb import PERTURB_VARIABLE
 
 TEST_DATA = Path(__file__).parent / "data"
 
@@ -29,3 +30,10 @@ def load_saved_graph(saved_graphs):
         return load_graph(TEST_DATA / entry["file"]), entry, feeds
 
     return load
+
+
+@pytest.fixture
+def unperturbed(monkeypatch):
+    """Profiles exactly as traced, also when the suite runs under ``TFPLACE_PERTURB_PROFILES``: for
+    tests that feed the profiler fixed traces and check its arithmetic."""
+    monkeypatch.delenv(PERTURB_VARIABLE, raising=False)
