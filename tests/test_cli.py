@@ -10,8 +10,9 @@ from absl import logging
 from conftest import TEST_DATA
 
 import tfplace
+from helpers import contiguous_split
 from tfplace import cli
-from tfplace.costgraph import graph_memory, load_json
+from tfplace.costgraph import graph_memory, load_json, op_memory
 from tfplace.placement import Placement
 
 CNN = str(TEST_DATA / "cnn.meta")
@@ -187,7 +188,8 @@ def test_place_writes_a_graph_whose_ops_carry_the_placement_devices(cnn_costs, t
         "--graph", CNN,
         "--cost_graph", cnn_costs,
         "--devices=/device:CPU:0-2",
-        memory_share(cnn_costs, 1 / 3),  # no single device holds the step
+        memory_share(cnn_costs, 1 / 3),
+        "--placer=m_topo",  # no device holds the step: m-TOPO's fill order moves on to the next one
         f"--out={tmp_path / 'placed.pb'}",
         f"--placement_out={tmp_path / 'placement.json'}",
         f"--tensorboard_dir={tmp_path / 'tb'}",
@@ -237,7 +239,8 @@ def test_simulate_scores_a_placement_and_names_the_devices_that_run_out_of_memor
 ):
     from tfplace.simulator import simulate
 
-    tight = memory_share(cnn_costs, 1 / 10)
+    largest_op = max(op_memory(attrs) for _, attrs in load_json(cnn_costs).nodes(data=True))
+    tight = f"--memory={largest_op - 1}B"  # the simulator holds an op's memory while it runs
     args = ("--graph", CNN, "--cost_graph", cnn_costs, "--devices=/device:CPU:0-1", tight, "--placer=single")
     assert tfplace_command("place", *args, f"--placement_out={tmp_path / 'single.json'}") == 0
     capsys.readouterr()
@@ -308,20 +311,14 @@ def test_python_m_tfplace_runs_the_absl_app_with_one_line_errors(tmp_path):
 
 @pytest.mark.tensorflow
 def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_device(
-    cnn_costs, tmp_path, capsys
+    cnn_costs, saved_graphs, tmp_path, capsys
 ):
+    from tfplace.tf_graph.importer import import_graph, load_graph
+
+    entry = saved_graphs["cnn"]
+    structure = import_graph(load_graph(CNN), [entry["train_op"], entry["loss"]]).cost_graph
     placement_path = tmp_path / "placement.json"
-    placed = (
-        "--graph",
-        CNN,
-        "--cost_graph",
-        cnn_costs,
-        "--devices=/device:CPU:0-2",
-        memory_share(cnn_costs, 1 / 3),
-        "--placer=celeritas",  # its static memory model splits the graph over the three devices
-    )
-    assert tfplace_command("place", *placed, f"--placement_out={placement_path}") == 0
-    capsys.readouterr()
+    contiguous_split(structure, ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]).save(placement_path)
 
     status = tfplace_command(
         "run", "--graph", CNN, "--placement", placement_path, "--cost_graph", cnn_costs,
@@ -336,7 +333,7 @@ def test_run_runs_the_placed_graph_on_virtual_cpus_where_every_op_runs_on_its_de
     assert timed.split()[1] == "2"
     real = json.loads((tmp_path / "real.json").read_text())
     devices = {e["args"]["name"] for e in real["traceEvents"] if e.get("name") == "process_name"}
-    assert any("/device:CPU:2" in name for name in devices)
+    assert all(any(f"/device:CPU:{i}" in name for name in devices) for i in range(3))
     assert (tmp_path / "real.simulated.json").exists()
 
 
