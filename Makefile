@@ -15,7 +15,7 @@ $(STAMP): setup.py pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m tfplace.demo
+	$(BIN)/python -m experiments.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
@@ -24,8 +24,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not tensorflow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check tfplace tests models benchmarks run_experiments.py
-	$(BIN)/ruff format --check tfplace tests models benchmarks run_experiments.py
+	$(BIN)/ruff check tfplace experiments tests models benchmarks run_experiments.py
+	$(BIN)/ruff format --check tfplace experiments tests models benchmarks run_experiments.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -5,11 +5,11 @@ For each model (:mod:`models`, the paper's configuration and batch size by defau
 1. Standard Evaluation on this machine's CPU: profile the training step at small batch sizes
    (cached under ``--cache_dir``) and predict every op's costs at the target batch
    (:func:`tfplace.api.estimate_costs`);
-2. turn the CPU times into the target GPU's (:mod:`tfplace.device_model`, ``--device``), price
+2. turn the CPU times into the target GPU's (:mod:`tfplace.core.device_model`, ``--device``), price
    every edge with the link's transfer model (``--comm_coeffs``) and save the cost graph as
    ``<output_dir>/graphs/<model>.json.gz``;
 3. place it with every placer of ``--placers`` on ``--num_devices`` devices of ``--device_memory``
-   and simulate the step (:func:`tfplace.comparison.compare_placers`);
+   and simulate the step (:func:`experiments.comparison.compare_placers`);
 4. measure the accuracy of the estimate: predict batch ``--accuracy_batch`` from the small batches
    and measure it (:func:`tfplace.estimator.accuracy.estimation_accuracy`);
 5. with ``--real``, run a small variant of the model on loopback TensorFlow workers, placed by
@@ -41,15 +41,8 @@ from typing import Any
 from absl import app, flags, logging
 
 import models
-from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
-from tfplace.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
-from tfplace.costgraph import graph_memory, save_json
-from tfplace.device_model import DEVICE_MODELS, convert_graph
-from tfplace.devices import Device, DeviceSet, parse_memory
-from tfplace.estimator.accuracy import AccuracyReport, estimation_accuracy
-from tfplace.placer import PLACERS
-from tfplace.plots import plot_timeline
-from tfplace.report import (
+from experiments.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
+from experiments.report import (
     RealRun,
     Table,
     accuracy_table,
@@ -60,8 +53,15 @@ from tfplace.report import (
     step_time_table,
     write_tables,
 )
-from tfplace.transfer import TransferModel
-from tfplace.units import format_bytes
+from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
+from tfplace.core.costgraph import graph_memory, save_json
+from tfplace.core.device_model import DEVICE_MODELS, convert_graph
+from tfplace.core.devices import Device, DeviceSet, parse_memory
+from tfplace.core.transfer import TransferModel
+from tfplace.core.units import format_bytes
+from tfplace.estimator.accuracy import AccuracyReport, estimation_accuracy
+from tfplace.placer import PLACERS
+from tfplace.plots import plot_timeline
 
 PAPER_MODELS = ("inception_v3", "nmt", "transformer", "tensor_holography")
 """What ``--model=all`` runs: the four models of Celeritas Table 2."""

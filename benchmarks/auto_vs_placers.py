@@ -1,6 +1,6 @@
 """auto against every other placer: simulated step time per placer and graph, with the winner.
 
-Places each graph with every placer of ``--placers`` (:func:`tfplace.comparison.compare_placers`:
+Places each graph with every placer of ``--placers`` (:func:`experiments.comparison.compare_placers`:
 the same simulator scores every placement) and prints a Markdown table: one row per graph, the
 simulated step of each placer in seconds (``OOM (t)`` when a device's simulated peak exceeds its
 memory), the fastest placer that fits, ``auto`` against the fastest other placer that fits
@@ -12,7 +12,7 @@ Graphs and devices:
 * the cost graphs matching ``--real_graphs`` (``results/graphs``: the experiment of
   ``run_experiments.py``) on ``--num_devices`` devices of ``--device``'s memory on the PCIe link
   of ``run_experiments.py``;
-* layered training graphs of ``--sizes`` ops (:func:`tfplace.synthetic.layered_training_graph`)
+* layered training graphs of ``--sizes`` ops (:func:`tfplace.core.synthetic.layered_training_graph`)
   on ``--num_devices`` devices holding ``--memory_headroom`` times the graph's static memory in
   all, as ``benchmarks/placement_quality.py`` places them.
 
@@ -28,15 +28,15 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from tfplace.comparison import PlacerRun, compare_placers, fastest_fitting
-from tfplace.costgraph import CostGraph, graph_memory, load_json
-from tfplace.device_model import DEVICE_MODELS
-from tfplace.devices import DeviceSet
-from tfplace.placement import Placement
+from experiments.comparison import PlacerRun, compare_placers, fastest_fitting
+from experiments.report import PLACER_NAMES
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json
+from tfplace.core.device_model import DEVICE_MODELS
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
+from tfplace.core.synthetic import layered_training_graph
+from tfplace.core.transfer import TransferModel
 from tfplace.placer import PLACERS
-from tfplace.report import PLACER_NAMES
-from tfplace.synthetic import layered_training_graph
-from tfplace.transfer import TransferModel
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("placers", list(PLACERS), "Placers compared; must include auto.")

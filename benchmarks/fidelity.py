@@ -102,8 +102,8 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
     so that it splits the model in two contiguous parts, as Standard Evaluation step 2 would.
     """
     from tfplace.api import place_costs
-    from tfplace.devices import Device
-    from tfplace.indexed import index_graph
+    from tfplace.core.devices import Device
+    from tfplace.core.indexed import index_graph
 
     total = int(index_graph(cost_graph, devices.typical_link).memory.sum())
     result = {}
@@ -121,8 +121,8 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
 def explain(result, report, cost_graph, devices) -> str:
     """Per device, simulated against traced busy seconds (the traced step's op times), and the
     simulated against traced number of tensors received: where a miss comes from."""
-    from tfplace.devices import DeviceName
-    from tfplace.estimator.step_stats import collect_op_traces
+    from tfplace.core.devices import DeviceName
+    from tfplace.tf_graph.step_stats import collect_op_traces
 
     traced: dict[Any, float] = {}
     for trace in collect_op_traces(report.run_metadata[-1], set(cost_graph)).values():
@@ -144,9 +144,10 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
     """Profile, place, simulate and run ``name``; the repeats go round the placements in turn,
     so that a busy spell of the machine slows every placement a little rather than one a lot."""
     from models import build_model
-    from tfplace.api import estimate_costs
-    from tfplace.costgraph import save_json
+    from tfplace.api import estimate_costs, measurement_placement
+    from tfplace.core.costgraph import save_json
     from tfplace.estimator.refine import refine_costs
+    from tfplace.runner import run_placement
     from tfplace.simulator import simulate
 
     knobs, batch = MODEL_SIZES[name]
@@ -168,8 +169,12 @@ def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
             spec.train_op,
             spec.feed_fn,
             cost_graph,
-            estimate.imported.cost_graph,
-            dataclasses.replace(devices, devices=devices.devices[:1]),
+            measurement_placement(
+                cost_graph,
+                estimate.imported.cost_graph,
+                dataclasses.replace(devices, devices=devices.devices[:1]),
+            ),
+            run_placement,
             traced_steps=5,
             init_op=spec.init_op,
             cluster=cluster,

@@ -2,18 +2,18 @@
 
 TensorFlow forwards buffers: an ``Identity``, a ``Reshape``, an in-place ``Relu`` or a ``Split`` view
 allocates nothing, yet step stats report its output as if it were new. The cost graph's
-``aliased_outputs`` (found by :mod:`tfplace.estimator.step_stats`) say which outputs are an input's
+``aliased_outputs`` (found by :mod:`tfplace.tf_graph.step_stats`) say which outputs are an input's
 buffer. This benchmark measures what that changes, with the aliases counted as allocations (the
 model before ``aliased_outputs``) and as shared buffers (now):
 
 1. a large model estimated at its paper batch and converted to a GPU (Inception V3 at 299x299,
    batch 512, on a V100 by default, as ``run_experiments.py`` does): the placers' static memory
-   estimate (:func:`~tfplace.costgraph.graph_memory`) and the simulated peak of the
+   estimate (:func:`~tfplace.core.costgraph.graph_memory`) and the simulated peak of the
    whole step on one device, with the bytes of aliased outputs by op type;
 2. a small model run for real on one and two virtual CPUs (Inception V3 at 75x75, batch 8): per
    device, the peak the simulator predicts for the step's own allocations (its peak minus the
    persistent bytes of the ops placed there) against the peak the step's allocation records show
-   (:func:`~tfplace.estimator.step_stats.allocation_peaks`). The cost graph of part 2 is profiled
+   (:func:`~tfplace.tf_graph.step_stats.allocation_peaks`). The cost graph of part 2 is profiled
    at the batch that runs, so regression errors do not enter. The real run attributes a buffer to
    the device that allocated it, also while another virtual CPU reads it (a pointer hand-off);
    the simulator gives a tensor sent to another device a copy there, as on GPUs.
@@ -45,7 +45,9 @@ flags.DEFINE_string("model", "inception_v3", "Model of part 1 (a name of models.
 flags.DEFINE_integer("image_size", 299, "Image size of part 1's Inception V3 (other models: ignored).")
 flags.DEFINE_integer("batch", 512, "Batch size of part 1.")
 flags.DEFINE_list("profile_batches", ["1", "2", "4"], "Batch sizes part 1 profiles and fits.")
-flags.DEFINE_string("device", "V100-32GB", "Device model of part 1 (tfplace.device_model.DEVICE_MODELS).")
+flags.DEFINE_string(
+    "device", "V100-32GB", "Device model of part 1 (tfplace.core.device_model.DEVICE_MODELS)."
+)
 flags.DEFINE_integer("order_batch", 2, "Batch of the traced CPU step whose op order part 1 replays.")
 flags.DEFINE_integer("real_image_size", 75, "Image size of part 2's Inception V3.")
 flags.DEFINE_integer("real_batch", 8, "Batch size of part 2.")
@@ -84,7 +86,7 @@ def traced_run(spec: Any, estimate: Any, count: int, batch: int) -> tuple[Any, A
     one device when ``count`` is 1) and run as profiled: one op at a time per device, no graph
     rewrites. Returns the device set, the placement and the step's RunMetadata."""
     from tfplace.api import place_remaining_ops
-    from tfplace.devices import DeviceSet
+    from tfplace.core.devices import DeviceSet
     from tfplace.estimator.profiler import profiling_config
     from tfplace.placer import place_cost_graph
     from tfplace.runner import run_placement
@@ -114,7 +116,7 @@ def traced_run(spec: Any, estimate: Any, count: int, batch: int) -> tuple[Any, A
 
 def trace_ranks(run_metadata: Any, graph: Any) -> list[int]:
     """Each op of ``graph`` ranked by when its first record started (0 for ops without one)."""
-    from tfplace.estimator.step_stats import op_name_for_node
+    from tfplace.tf_graph.step_stats import op_name_for_node
 
     ops = set(graph)
     started: dict[str, int] = {}
@@ -165,9 +167,9 @@ def simulated_peaks(graph: Any, on_device: Any, devices: Any, ranks: list[int]) 
 def large_model() -> None:
     """Part 1: static estimate and simulated one-device peak of the large model."""
     import models
-    from tfplace.costgraph import graph_memory
-    from tfplace.device_model import DEVICE_MODELS, convert_graph
-    from tfplace.devices import DeviceSet
+    from tfplace.core.costgraph import graph_memory
+    from tfplace.core.device_model import DEVICE_MODELS, convert_graph
+    from tfplace.core.devices import DeviceSet
 
     knobs = {"image_size": FLAGS.image_size} if FLAGS.model == "inception_v3" else {}
     spec = models.build_model(FLAGS.model, **knobs)
@@ -197,8 +199,8 @@ def large_model() -> None:
 
 def real_and_simulated(spec: Any, count: int) -> None:
     """Part 2 on ``count`` virtual CPUs: simulated and real peak of the step's allocations."""
-    from tfplace.devices import DeviceName
-    from tfplace.estimator.step_stats import allocation_peaks
+    from tfplace.core.devices import DeviceName
+    from tfplace.tf_graph.step_stats import allocation_peaks
 
     batch = FLAGS.real_batch
     small = estimate(spec, batch, [batch])

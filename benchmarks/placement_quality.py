@@ -13,7 +13,7 @@ the best placer's on that graph; ``oom_devices`` how many devices the simulator 
 memory; ``peak_fraction`` the largest simulated peak memory over its device's capacity;
 ``overcommits`` the devices whose static memory estimate (the placers' model) exceeds capacity.
 
-Graphs: layered training graphs of ``--sizes`` ops (:func:`tfplace.synthetic.layered_training_graph`)
+Graphs: layered training graphs of ``--sizes`` ops (:func:`tfplace.core.synthetic.layered_training_graph`)
 and the cost graphs matching ``--real_graphs``.
 
     python benchmarks/placement_quality.py
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph, graph_memory, load_json
-from tfplace.devices import DeviceSet
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json
+from tfplace.core.devices import DeviceSet
+from tfplace.core.synthetic import layered_training_graph
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.synthetic import layered_training_graph
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("placers", list(PLACERS), "Placers to compare.")

@@ -12,7 +12,7 @@ peak after placing (the difference is the placer's). ``load`` is the 1-minute lo
 placement started: the machine is shared, so compare numbers measured side by side. A placer's own
 warning is added as ``warning`` (m-SCT placing as m-ETF because its LP was not solved in time).
 
-Synthetic graphs are layered training graphs (:func:`tfplace.synthetic.layered_training_graph`,
+Synthetic graphs are layered training graphs (:func:`tfplace.core.synthetic.layered_training_graph`,
 built in the subprocess from the op count); real graphs are the cost graphs matching
 ``--real_graphs``. Devices: ``--num_devices`` GPUs that together hold ``--memory_headroom`` times
 the graph's static memory.
@@ -32,10 +32,10 @@ import sys
 
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph, graph_memory, load_json
-from tfplace.devices import DeviceSet
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json
+from tfplace.core.devices import DeviceSet
+from tfplace.core.synthetic import layered_training_graph
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.synthetic import layered_training_graph
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("placers", list(PLACERS), "Placers to time.")

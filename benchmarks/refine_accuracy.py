@@ -77,9 +77,9 @@ def main(argv: Sequence[str]) -> None:
     del argv
     from models import build_model
     from tfplace.api import estimate_costs
-    from tfplace.devices import DeviceSet
+    from tfplace.core.devices import DeviceSet
+    from tfplace.core.indexed import index_graph
     from tfplace.estimator.profiler import profile_graph
-    from tfplace.indexed import index_graph
 
     spec = build_model(FLAGS.model, **MODEL_SIZES[FLAGS.model])
     batch = FLAGS.target_batch

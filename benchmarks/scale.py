@@ -1,7 +1,7 @@
 """Scale: a 200,000-op cost graph through every stage of tfplace, with seconds and memory per stage.
 
 Stages, in one process: build a synthetic training graph of about ``--ops`` ops
-(:func:`tfplace.synthetic.layered_training_graph`), save it as JSON and load it back (the import
+(:func:`tfplace.core.synthetic.layered_training_graph`), save it as JSON and load it back (the import
 of a profiled graph), place it with a placer (Celeritas by default; indexing included), and
 simulate one step of the placement. The built graph is dropped before loading, so the later
 stages work on the loaded one only.
@@ -30,12 +30,12 @@ from typing import Any
 
 from absl import app, flags
 
-from tfplace.costgraph import graph_memory, load_json, save_json
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import graph_memory, load_json, save_json
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.synthetic import layered_training_graph
 from tfplace.placer import placer_function
 from tfplace.simulator import simulate
-from tfplace.synthetic import layered_training_graph
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("ops", 200_000, "Ops of the synthetic graph.")

@@ -21,9 +21,9 @@ import time
 import numpy as np
 from absl import app, flags
 
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
 from tfplace.simulator import simulate
 
 FLAGS = flags.FLAGS

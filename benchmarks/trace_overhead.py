@@ -27,7 +27,7 @@ from models import build_model
 from run_experiments import REAL_SIZES
 from tfplace.estimator.accuracy import estimation_accuracy
 from tfplace.estimator.profiler import profiling_config
-from tfplace.estimator.step_stats import node_compute_time
+from tfplace.tf_graph.step_stats import node_compute_time
 
 FLAGS = flags.FLAGS
 PROFILED = (1, 2, 4)

@@ -9,10 +9,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceSet
-from tfplace.placement import Placement
-from tfplace.transfer import TransferModel
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
+from tfplace.core.transfer import TransferModel
 
 #: A link with no per-transfer overhead and 1 second per byte: transfer times equal byte counts.
 UNIT_LINK = TransferModel(k=1.0, b=0.0, name="unit")

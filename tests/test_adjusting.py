@@ -8,18 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.costgraph import CostGraph, graph_memory
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph, graph_memory
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.orders import cpd_topo_order
+from tfplace.core.synthetic import random_dag
+from tfplace.core.transfer import TransferModel
 from tfplace.placer.adjusting import adjusting_placement, order_place_clusters
 from tfplace.placer.celeritas import celeritas, order_place
 from tfplace.placer.fusion import coarsen
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.orders import cpd_topo_order
 from tfplace.placer.timeline import Timeline
 from tfplace.simulator import simulate
-from tfplace.synthetic import random_dag
-from tfplace.transfer import TransferModel
 
 
 def devices(count=2, memory=10**9):

@@ -5,8 +5,8 @@ import pytest
 
 from helpers import feed_function, variable_values
 from tfplace.api import as_device_set, place_remaining_ops
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceError, DeviceName, DeviceSet
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
 
 pytestmark = pytest.mark.tensorflow
 

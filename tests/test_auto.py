@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, chain_graph
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.synthetic import layered_training_graph, random_dag
 from tfplace.placer import PLACERS, place_cost_graph
 from tfplace.placer.auto import ALWAYS, MIN_SIMULATIONS, SMALL_GRAPH_OPS, auto
 from tfplace.simulator import simulate
-from tfplace.synthetic import layered_training_graph, random_dag
 
 
 def gpus(count=2, memory=10**9):

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from helpers import reported_overcommits
-from tfplace.costgraph import CostGraph, CostGraphError, find_cycle_ops, load_json, save_json
-from tfplace.devices import DeviceError, DeviceName, DeviceSet
+from tfplace.core.costgraph import CostGraph, CostGraphError, find_cycle_ops, load_json, save_json
+from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
+from tfplace.core.synthetic import layered_training_graph, random_dag
 from tfplace.placer import PLACERS, place_cost_graph, placer_function
 from tfplace.simulator import simulate
-from tfplace.synthetic import layered_training_graph, random_dag
 
 
 def gpus(count: int, memory: int) -> DeviceSet:
@@ -419,7 +419,7 @@ def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_me
 @pytest.mark.tensorflow
 def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypatch, unperturbed):
     from tfplace.estimator import profiler
-    from tfplace.estimator.step_stats import OpTrace
+    from tfplace.tf_graph.step_stats import OpTrace
 
     def negative(metadata, names, inputs=None):
         return {name: OpTrace(-3e-6, (), 0, 0, "/device:CPU:0", 1) for name in names}

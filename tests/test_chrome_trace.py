@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.devices import DeviceSet
+from tfplace.core.devices import DeviceSet
 from tfplace.simulator import chrome_trace, simulate, to_chrome_trace
 
 

@@ -12,8 +12,8 @@ from conftest import TEST_DATA
 import tfplace
 from helpers import contiguous_split
 from tfplace import cli
-from tfplace.costgraph import graph_memory, load_json, op_memory
-from tfplace.placement import Placement
+from tfplace.core.costgraph import graph_memory, load_json, op_memory
+from tfplace.core.placement import Placement
 
 CNN = str(TEST_DATA / "cnn.meta")
 QUICK_PROFILE = ("--profile_batch_sizes=1,2", "--warmup_steps=0", "--traced_steps=2")
@@ -248,7 +248,7 @@ def test_simulate_scores_a_placement_and_names_the_devices_that_run_out_of_memor
     expected = simulate(cost_graph, {op: placement.assignment[op] for op in cost_graph}, placement.devices)
     assert expected.oom and expected.oom[0].device == "/device:CPU:0"
     assert f"out of memory: {expected.oom[0]}" in out
-    assert tfplace.units.format_seconds(expected.makespan) in out
+    assert tfplace.core.units.format_seconds(expected.makespan) in out
     assert (
         json.loads((tmp_path / "sim.json").read_text())["otherData"]["makespan_seconds"] == expected.makespan
     )

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from tfplace.costgraph import CostGraph, CostGraphError, ccr, load_json, op_memory, save_json
-from tfplace.indexed import index_graph
-from tfplace.transfer import TransferModel
+from tfplace.core.costgraph import CostGraph, CostGraphError, ccr, load_json, op_memory, save_json
+from tfplace.core.indexed import index_graph
+from tfplace.core.transfer import TransferModel
 
 
 def two_op_graph() -> CostGraph:

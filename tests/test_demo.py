@@ -16,7 +16,7 @@ def test_the_demo_places_inception_runs_it_where_placed_and_matches_one_device(t
         [
             sys.executable,
             "-m",
-            "tfplace.demo",
+            "experiments.demo",
             "--steps=2",
             "--batch_size=8",
             f"--cache_dir={tmp_path}",

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from tfplace.api import place_costs
-from tfplace.costgraph import graph_memory, load_json
-from tfplace.devices import DeviceSet
+from tfplace.core.costgraph import graph_memory, load_json
+from tfplace.core.devices import DeviceSet
 from tfplace.placer import PLACERS
 
 TESTS = Path(__file__).resolve().parent

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from helpers import graph_from_edges
-from tfplace.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model, op_bytes_accessed
+from tfplace.core.device_model import (
+    DEVICE_MODELS,
+    DeviceModel,
+    convert_graph,
+    device_model,
+    op_bytes_accessed,
+)
 
 GPU = DeviceModel("test-gpu", peak_flops=1e12, memory_bandwidth=1e11, memory=2**30, launch_overhead=1e-5)
 
@@ -88,7 +94,7 @@ def test_presets_cover_the_papers_and_newer_gpus():
 
 
 def test_a_view_of_a_forwarded_buffer_costs_the_launch_overhead_but_an_in_place_op_its_bytes():
-    from tfplace.costgraph import CostGraph
+    from tfplace.core.costgraph import CostGraph
 
     graph = CostGraph()
     graph.add_op("conv", compute_time=0.5, output_sizes=(8_000_000,), op_type="Conv2D", flops=1e11)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tfplace.devices import Device, DeviceError, DeviceName, DeviceSet, parse_memory
-from tfplace.transfer import PRESETS, TransferModel
+from tfplace.core.devices import Device, DeviceError, DeviceName, DeviceSet, parse_memory
+from tfplace.core.transfer import PRESETS, TransferModel
 
 
 def test_ranges_expand_to_one_device_each():
@@ -146,7 +146,7 @@ def test_a_negative_step_overhead_or_core_count_is_refused():
 
 
 def test_a_saved_placement_keeps_its_links_step_overhead_and_shared_cores(tmp_path):
-    from tfplace.placement import Placement
+    from tfplace.core.placement import Placement
 
     grpc = TransferModel(k=4e-10, b=2e-4, name="grpc", latency=1.4e-4)
     devices = DeviceSet.parse(

@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.synthetic import random_dag
 from tfplace.placer import place_cost_graph
 from tfplace.placer.base import check_constraints
 from tfplace.placer.etf import etf_schedule, m_etf
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.synthetic import random_dag
 
 
 def gpus(count=2, memory=10**9):

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.orders import cpd_topo_order, dfs_topo_order, kahn_order
+from tfplace.core.synthetic import random_dag
 from tfplace.placer.celeritas import celeritas
 from tfplace.placer.fusion import coarsen, fuse, optimal_breakpoints
-from tfplace.placer.orders import cpd_topo_order, dfs_topo_order, kahn_order
-from tfplace.synthetic import random_dag
 
 
 def crossing_cost(graph, order, breakpoints):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
 from tfplace.placer import place_cost_graph
 from tfplace.placer.base import check_constraints
 from tfplace.placer.metis import contracted_graph, metis

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import SMALL_MODELS, variable_values
-from tfplace.costgraph import graph_memory
+from tfplace.core.costgraph import graph_memory
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_a
 ):
     from models import build_model
     from tfplace import estimate_costs, place
-    from tfplace.devices import DeviceSet
+    from tfplace.core.devices import DeviceSet
     from tfplace.tf_graph import device_mismatches, run_steps, virtual_cpu_config
     from tfplace.tf_graph.apply import without_devices
 

@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import graph_from_edges
-from tfplace.costgraph import CostGraph, CostGraphError
-from tfplace.indexed import index_graph
-from tfplace.placer.orders import bottom_levels, cpd_topo_order, dfs_topo_order, kahn_order, top_levels
-from tfplace.synthetic import random_dag
+from tfplace.core.costgraph import CostGraph, CostGraphError
+from tfplace.core.indexed import index_graph
+from tfplace.core.orders import bottom_levels, cpd_topo_order, dfs_topo_order, kahn_order, top_levels
+from tfplace.core.synthetic import random_dag
 
 # Figure 3's shape: two sources, each the head of its own chain.
 TWO_CHAINS = [("a", "a1", 1), ("a1", "a2", 1), ("b", "b1", 1), ("b1", "b2", 1)]

@@ -4,7 +4,7 @@ import matplotlib.colors as mcolors
 import pytest
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.devices import DeviceSet
+from tfplace.core.devices import DeviceSet
 from tfplace.plots import plot_timeline, timeline_figure
 from tfplace.simulator import simulate
 

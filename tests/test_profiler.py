@@ -8,7 +8,7 @@ import pytest
 from tfplace.estimator import profiler
 from tfplace.estimator.perturb import PERTURB_VARIABLE, TEMPORARY_FACTORS, TIME_FACTORS, cost_factors
 from tfplace.estimator.profiler import TIME_FLOOR, profile_graph
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 pytestmark = pytest.mark.tensorflow
 

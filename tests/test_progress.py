@@ -7,8 +7,8 @@ import types
 import pytest
 from absl import flags, logging
 
-from tfplace import progress
-from tfplace.progress import Progress, info_reaches_stderr, track
+from tfplace.core import progress
+from tfplace.core.progress import Progress, info_reaches_stderr, track
 
 
 class Terminal(io.StringIO):

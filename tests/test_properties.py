@@ -41,14 +41,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import reported_overcommits
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceName, DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceName, DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.orders import cpd_topo_order
+from tfplace.core.synthetic import random_dag
 from tfplace.placer import PLACERS, place_cost_graph, placer_function
 from tfplace.placer.celeritas import DEFAULT_EXPLORATION_RANGE
 from tfplace.placer.fusion import fuse
-from tfplace.placer.orders import cpd_topo_order
-from tfplace.synthetic import random_dag
 
 ALL_PLACERS = sorted(PLACERS)
 #: Placers whose memory warnings come from the static estimate (auto judges memory by simulating).
@@ -314,9 +314,9 @@ _SEEDED_CASES = [(40, 11, "/device:GPU:0-2"), (30, 12, "/device:GPU:0-1,/device:
 
 _PLACE_IN_SUBPROCESS = """
 import json, sys
-from tfplace.devices import DeviceSet
+from tfplace.core.devices import DeviceSet
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.synthetic import random_dag
+from tfplace.core.synthetic import random_dag
 cases = json.loads(sys.argv[1])
 print(json.dumps([
     {p: place_cost_graph(random_dag(n, seed=s, group_fraction=0.3, cpu_only_fraction=0.1),

@@ -3,8 +3,8 @@
 import pytest
 
 from helpers import feed_function
-from tfplace.costgraph import graph_memory
-from tfplace.devices import DeviceName, DeviceSet
+from tfplace.core.costgraph import graph_memory
+from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.estimator.profiler import OpCost
 
 pytestmark = pytest.mark.tensorflow
@@ -52,7 +52,7 @@ def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the
     load_saved_graph, tmp_path
 ):
     from tfplace import estimate_costs
-    from tfplace.estimator.step_stats import collect_op_traces
+    from tfplace.tf_graph.step_stats import collect_op_traces
 
     graph, entry, _ = load_saved_graph("cnn")
     options = dict(profile_batch_sizes=[1, 2], cache_dir=tmp_path, warmup_steps=1, traced_steps=2)

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfplace.costgraph import CostGraph, CostGraphError
+from tfplace.core.costgraph import CostGraph, CostGraphError
+from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import OpCost, ProfileSet
 from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
-from tfplace.transfer import TransferModel
 
 BATCHES = (1, 2, 4)
 

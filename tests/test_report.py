@@ -6,11 +6,8 @@ import math
 
 import pytest
 
-from tfplace.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
-from tfplace.costgraph import ccr
-from tfplace.devices import DeviceSet
-from tfplace.estimator.accuracy import AccuracyReport, DeviationSummary
-from tfplace.report import (
+from experiments.comparison import FusionStats, PlacerRun, compare_placers, fastest_fitting, record_step
+from experiments.report import (
     RealRun,
     accuracy_table,
     graph_table,
@@ -20,7 +17,10 @@ from tfplace.report import (
     step_time_table,
     write_tables,
 )
-from tfplace.synthetic import layered_training_graph
+from tfplace.core.costgraph import ccr
+from tfplace.core.devices import DeviceSet
+from tfplace.core.synthetic import layered_training_graph
+from tfplace.estimator.accuracy import AccuracyReport, DeviationSummary
 
 
 def run(placer, step_time, oom=False, model="inception_v3", seconds=0.5):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tfplace.costgraph import load_json
+from tfplace.core.costgraph import load_json
 
 pytestmark = pytest.mark.tensorflow
 
@@ -24,8 +24,8 @@ def target_cost_graph(cache_dir):
     ``cache_dir``, from which the program then reads the same profile."""
     from models import build_model
     from tfplace.api import estimate_costs
-    from tfplace.device_model import DEVICE_MODELS, convert_graph
-    from tfplace.transfer import TransferModel
+    from tfplace.core.device_model import DEVICE_MODELS, convert_graph
+    from tfplace.core.transfer import TransferModel
 
     spec = build_model("tensor_holography", **KNOBS)
     estimate = estimate_costs(
@@ -41,9 +41,9 @@ def memory_where_one_device_runs_out_and_a_split_fits(graph):
     """Bytes per target device, from the measured costs, for which the simulated step on one
     device runs out of memory and another placer's fits: below the one-device peak, checked with
     the same (deterministic) placers and simulator the program runs, never hoped for."""
-    from tfplace.comparison import compare_placers, fastest_fitting
-    from tfplace.devices import DeviceSet
-    from tfplace.transfer import TransferModel
+    from experiments.comparison import compare_placers, fastest_fitting
+    from tfplace.core.devices import DeviceSet
+    from tfplace.core.transfer import TransferModel
 
     def runs(memory):
         devices = DeviceSet.parse(TARGETS, memory, intra_host=TransferModel.default())

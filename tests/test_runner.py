@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from helpers import contiguous_split
-from tfplace.devices import DeviceName, DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.devices import DeviceName, DeviceSet
+from tfplace.core.placement import Placement
 from tfplace.runner import run_placement, session_target_kind, simulated_trace_path
 
 
@@ -75,7 +75,7 @@ def test_the_simulated_trace_goes_beside_the_real_one():
 def test_a_run_on_virtual_cpus_drops_the_warm_up_traces_a_step_and_trains_like_one_device(
     load_saved_graph, tmp_path
 ):
-    from tfplace.costgraph import CostGraph
+    from tfplace.core.costgraph import CostGraph
     from tfplace.tf_graph.importer import import_graph
 
     graph, entry, feeds = load_saved_graph("cnn")

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, chain_graph
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.synthetic import random_dag
 from tfplace.placer import place_cost_graph
 from tfplace.placer.base import check_constraints
 from tfplace.placer.etf import m_etf, m_sct
 from tfplace.placer.favorite_child import NO_FAVORITE, favorite_children
-from tfplace.synthetic import random_dag
 
 
 def gpus(count=2):

@@ -3,11 +3,11 @@
 import numpy as np
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.devices import DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.synthetic import random_dag
 from tfplace.placer.base import check_constraints
 from tfplace.placer.sequential import dfs_topo, m_topo, single_device
-from tfplace.synthetic import random_dag
 
 
 def by_name(indexed, output):

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
-from tfplace.costgraph import CostGraph, CostGraphError, allocated_output_bytes, ccr
-from tfplace.devices import Device, DeviceError, DeviceSet
-from tfplace.indexed import index_graph
+from tfplace.core.costgraph import CostGraph, CostGraphError, allocated_output_bytes, ccr
+from tfplace.core.devices import Device, DeviceError, DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.transfer import TransferModel
 from tfplace.simulator import simulate
 from tfplace.simulator.plan import route_channels
-from tfplace.transfer import TransferModel
 
 #: Intra-host link with a latency: 1 s per byte plus 2 s per transfer.
 SLOW_START = TransferModel(k=1.0, b=2.0, name="slow_start")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tfplace.estimator.step_stats import allocation_peaks, collect_op_traces, op_name_for_node
+from tfplace.tf_graph.step_stats import allocation_peaks, collect_op_traces, op_name_for_node
 
 # Op names of a graph with a while loop, its gradient loop, a cond, a dynamic_rnn and feeds.
 GRAPH_OPS = {

@@ -3,11 +3,11 @@
 import pytest
 
 from helpers import UNIT_LINK, chain_graph
-from tfplace.devices import DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
+from tfplace.core.tables import format_table
+from tfplace.core.units import format_bytes, format_seconds
 from tfplace.simulator import simulate
-from tfplace.tables import format_table
-from tfplace.units import format_bytes, format_seconds
 
 
 @pytest.mark.parametrize(

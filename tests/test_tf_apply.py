@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from helpers import variable_values
-from tfplace.devices import DeviceName, DeviceSet
-from tfplace.placement import Placement, PlacementError
+from tfplace.core.devices import DeviceName, DeviceSet
+from tfplace.core.placement import Placement, PlacementError
 from tfplace.tf_graph.apply import apply_placement, without_devices
 from tfplace.tf_graph.constraints import colocation_groups
 from tfplace.tf_graph.importer import import_graph

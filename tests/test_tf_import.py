@@ -30,7 +30,7 @@ def _group(imported, op):
 
 def _ran_on(graph, fetches, ops):
     """Index of the virtual CPU each op of ``ops`` ran on in one traced step on 4 CPUs."""
-    from tfplace.devices import DeviceName
+    from tfplace.core.devices import DeviceName
 
     config = virtual_cpu_config(4)
     config.graph_options.rewrite_options.disable_meta_optimizer = True  # no op rewritten away

@@ -10,11 +10,14 @@ Importing tfplace does not import TensorFlow; :func:`place` and the estimator do
 
 from tfplace._version import __version__
 from tfplace.api import CostEstimate, estimate_costs, place
-from tfplace.costgraph import CostGraph, load_json, save_json
-from tfplace.devices import Device, DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.costgraph import CostGraph, load_json, save_json
+from tfplace.core.devices import Device, DeviceSet
+from tfplace.core.placement import Placement, register_graph_writer
+from tfplace.core.transfer import TransferModel
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.transfer import TransferModel
+from tfplace.tf_graph.apply import apply_placement
+
+register_graph_writer(apply_placement)  # Placement.apply writes TensorFlow graphs (docs/architecture.md)
 
 __all__ = [
     "PLACERS",

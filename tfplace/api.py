@@ -6,7 +6,7 @@
 2. Standard Evaluation: profile the training step at small batch sizes
    (:func:`tfplace.estimator.profile_graph`, cached on disk), fit a per-op regression on the batch
    size and predict every op's costs at the target batch (:class:`~tfplace.estimator.OpCostRegression`);
-   optionally turn the measured times into a target device's (:mod:`tfplace.device_model`);
+   optionally turn the measured times into a target device's (:mod:`tfplace.core.device_model`);
 3. place the step's cost graph with the chosen placer (:func:`tfplace.placer.place_cost_graph`)
    and simulate the step (:mod:`tfplace.simulator`);
 4. give every op outside the step (initializers, savers) the device of its co-location group or of
@@ -27,16 +27,17 @@ from typing import Any
 import networkx as nx
 from absl import logging
 
-from tfplace.costgraph import CostGraph
-from tfplace.device_model import DeviceModel, convert_graph, device_model
-from tfplace.devices import DeviceError, DeviceName, DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.device_model import DeviceModel, convert_graph, device_model
+from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
+from tfplace.core.placement import Placement
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "CostEstimate",
     "as_device_set",
     "estimate_costs",
+    "measurement_placement",
     "place",
     "place_costs",
     "place_remaining_ops",
@@ -178,9 +179,11 @@ def estimate_costs(
     refinement = None
     if refine_on is not None:
         from tfplace.estimator.refine import refine_costs
+        from tfplace.runner import run_placement
 
+        measured_on = measurement_placement(filled, imported.cost_graph, refine_on)
         refinement = refine_costs(
-            tf_graph, fetches, feed_fn, filled, imported.cost_graph, refine_on, init_op=init_op
+            tf_graph, fetches, feed_fn, filled, measured_on, run_placement, init_op=init_op
         )
         filled = refinement.cost_graph
     return CostEstimate(
@@ -307,7 +310,7 @@ def place_costs(
     Parameters
     ----------
     cost_graph : CostGraph
-        The step's costs (:func:`estimate_costs`, or :func:`tfplace.costgraph.load_json`). Its edges
+        The step's costs (:func:`estimate_costs`, or :func:`tfplace.core.costgraph.load_json`). Its edges
         are priced on the devices' typical link (a copy is placed when ``target_device`` converts it).
     devices : DeviceSet
     structure : networkx.DiGraph, optional
@@ -345,6 +348,19 @@ def place_costs(
     placement.cost_graph = cost_graph
     for warning in placement.warnings:
         logging.warning("tfplace: %s", warning)
+    return placement
+
+
+def measurement_placement(estimated: CostGraph, structure: nx.DiGraph, devices: DeviceSet) -> Placement:
+    """Where Standard Evaluation step 2 measures ``estimated`` (:func:`tfplace.estimator.refine.refine_costs`):
+    DFS-TOPO fills ``devices`` in order up to their memory, and the ops of ``structure`` outside the
+    step follow (:func:`place_remaining_ops`)."""
+    from tfplace.placer import place_cost_graph
+
+    ordered = estimated.copy()
+    ordered.set_transfer_model(devices.typical_link)
+    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False)
+    placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     return placement
 
 

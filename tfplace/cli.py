@@ -37,14 +37,14 @@ from typing import Any
 from absl import app, flags, logging
 
 from tfplace._version import __version__
-from tfplace.costgraph import CostGraph, load_json, save_json
-from tfplace.device_model import DEVICE_MODELS
-from tfplace.devices import DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.costgraph import CostGraph, load_json, save_json
+from tfplace.core.device_model import DEVICE_MODELS
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
+from tfplace.core.transfer import PRESETS, TransferModel
+from tfplace.core.units import format_bytes, format_seconds
 from tfplace.placer import DEFAULT_PLACER, PLACERS
 from tfplace.tf_graph.export import GRAPH_SUFFIXES
-from tfplace.transfer import PRESETS, TransferModel
-from tfplace.units import format_bytes, format_seconds
 
 __all__ = ["COMMANDS", "COMMAND_FLAGS", "InputError", "UsageError", "execute", "main", "parse", "run"]
 
@@ -574,7 +574,7 @@ def _on_target(cost_graph: CostGraph) -> CostGraph:
     converted = cost_graph.graph.get("device_model")
     if converted:
         raise InputError(f"the cost graph already has {converted} op times: leave out --target_device")
-    from tfplace.device_model import convert_graph, device_model
+    from tfplace.core.device_model import convert_graph, device_model
 
     return convert_graph(cost_graph, device_model(TARGET_DEVICE.value))
 
@@ -678,8 +678,8 @@ def _report(table: str, written: Sequence[str]) -> None:
 
 def _cost_graph_table(cost_graph: CostGraph, source: str, top: int = 10) -> str:
     """The cost graph in a few lines: totals, then its most expensive ops."""
-    from tfplace.costgraph import graph_memory
-    from tfplace.tables import format_table
+    from tfplace.core.costgraph import graph_memory
+    from tfplace.core.tables import format_table
 
     attrs = dict(cost_graph.nodes(data=True))
     compute = sum(a["compute_time"] for a in attrs.values())
@@ -833,8 +833,8 @@ def _simulate() -> int:
 
 def _run() -> int:
     """``tfplace run``: run a placed graph for real and compare its step time with the estimate."""
+    from tfplace.core.tables import format_table
     from tfplace.runner import run_placement
-    from tfplace.tables import format_table
 
     placement = Placement.load(_existing(PLACEMENT))
     if COST_GRAPH.value:
@@ -893,7 +893,7 @@ def _run() -> int:
 
 def _check_local_devices(placement: Placement) -> None:
     """Fail early when a placement for this process names device kinds this machine lacks."""
-    from tfplace.devices import DeviceName
+    from tfplace.core.devices import DeviceName
     from tfplace.runner import session_target_kind
 
     if session_target_kind(placement) != "in_process":

@@ -28,9 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from tfplace.devices import DeviceSet
-from tfplace.simulator.result import Schedule, SimulationResult
-from tfplace.units import bytes_unit, format_bytes, seconds_unit
+from tfplace.core.devices import DeviceSet
+from tfplace.core.simulated_step import Schedule, SimulationResult
+from tfplace.core.units import bytes_unit, format_bytes, seconds_unit
 
 __all__ = ["plot_timeline", "timeline_figure"]
 

@@ -1,6 +1,6 @@
 """Run a placed graph for real and time its training steps: the measurement a placement is judged by.
 
-:func:`run_placement` writes a :class:`~tfplace.placement.Placement` into a copy of the graph and
+:func:`run_placement` writes a :class:`~tfplace.core.placement.Placement` into a copy of the graph and
 runs training steps where the placement says:
 
 - devices named ``/device:CPU:i`` (job ``localhost``): one process with that many virtual CPUs
@@ -29,10 +29,10 @@ from typing import Any
 
 from absl import logging
 
-from tfplace.costgraph import atomic_write_text
-from tfplace.devices import DeviceName
-from tfplace.placement import Placement
-from tfplace.progress import Progress
+from tfplace.core.costgraph import atomic_write_text
+from tfplace.core.devices import DeviceName
+from tfplace.core.placement import Placement
+from tfplace.core.progress import Progress
 
 __all__ = ["RunReport", "run_placement", "session_target_kind", "simulated_trace_path"]
 
@@ -191,7 +191,7 @@ def run_placement(
     ------
     ValueError
         Bad step counts, feeds, or devices no session here can create.
-    tfplace.placement.PlacementError
+    tfplace.core.placement.PlacementError
         The placement misses ops of the graph or splits a co-location group.
     """
     from tfplace.tf_graph.cluster import LocalCluster

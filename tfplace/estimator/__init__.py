@@ -1,6 +1,5 @@
 """Standard Evaluation (Celeritas section 4.2): what each op costs, and what a transfer costs.
 
-- :mod:`~tfplace.estimator.step_stats`: per-op costs from FULL_TRACE step stats;
 - :mod:`~tfplace.estimator.profiler`: :func:`profile_graph` measures a graph at small batch sizes;
 - :mod:`~tfplace.estimator.regression`: :class:`OpCostRegression` predicts the costs at a large
   batch size, :func:`fill_cost_graph` writes them into a cost graph;
@@ -15,18 +14,14 @@ from tfplace.estimator.cache import ProfileCache, graph_fingerprint
 from tfplace.estimator.calibration import calibrate_transfer
 from tfplace.estimator.profiler import OpCost, ProfileSet, profile_graph
 from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces, op_name_for_node
 
 __all__ = [
     "OpCost",
     "OpCostRegression",
-    "OpTrace",
     "ProfileCache",
     "ProfileSet",
     "calibrate_transfer",
-    "collect_op_traces",
     "fill_cost_graph",
     "graph_fingerprint",
-    "op_name_for_node",
     "profile_graph",
 ]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.costgraph import allocated_output_bytes
+from tfplace.core.costgraph import allocated_output_bytes
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, profile_graph
 from tfplace.estimator.regression import OpCostRegression
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tfplace.costgraph import atomic_write_text
+from tfplace.core.costgraph import atomic_write_text
 
 __all__ = ["CACHE_FORMAT", "ProfileCache", "graph_fingerprint", "profile_key"]
 

@@ -14,12 +14,12 @@ fetch a scalar computed on the destination device, so that both run on both devi
 cluster, a step that involves a second worker costs about 0.35 ms more whatever it does (the
 master's call to that worker), and that cost is the step's, not the transfer's
 (:func:`calibrate_step_overhead` measures it; the simulator adds it once per host,
-:attr:`tfplace.devices.DeviceSet.step_overhead`).
+:attr:`tfplace.core.devices.DeviceSet.step_overhead`).
 
 ``b`` is a transfer's fixed cost when it is sent alone. Transfers sent together overlap part of it
 (gRPC's request round trip): :func:`time_concurrent_transfers` sends 1, 4, 16 small tensors at once,
 and the intercept of the time against the count is the link's ``latency``
-(:class:`~tfplace.transfer.TransferModel`), the part of ``b`` that does not hold the link.
+(:class:`~tfplace.core.transfer.TransferModel`), the part of ``b`` that does not hold the link.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.devices import Device, DeviceSet
-from tfplace.progress import track
-from tfplace.transfer import TransferModel
+from tfplace.core.devices import Device, DeviceSet
+from tfplace.core.progress import track
+from tfplace.core.transfer import TransferModel
 
 __all__ = [
     "DEFAULT_COUNTS",
@@ -322,7 +322,7 @@ def calibrate_step_overhead(
 
     Times steps that do next to nothing on 1, 2, ... of ``devices`` (give one device per host:
     the workers of a cluster) and fits :func:`overhead_per_host`: the value of
-    :attr:`tfplace.devices.DeviceSet.step_overhead` (Celeritas section 6.3 times whole steps, and
+    :attr:`tfplace.core.devices.DeviceSet.step_overhead` (Celeritas section 6.3 times whole steps, and
     a session's per-step work is part of them).
     """
     if not devices:
@@ -343,7 +343,7 @@ def calibrate_copy_cpu(
 ) -> tuple[float, float]:
     """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
 
-    The link's ``copy_k`` and ``copy_b`` (:class:`~tfplace.transfer.TransferModel`) when the
+    The link's ``copy_k`` and ``copy_b`` (:class:`~tfplace.core.transfer.TransferModel`) when the
     devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
     request's handling per tensor, serialization and copies per byte). Reads the CPU time of
     ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around

@@ -16,12 +16,12 @@ Measurement choices (each documented where it is made):
 - per op, the median over the traced steps (robust to a step disturbed by other processes), the
   traced steps taken in turns across the batch sizes (a slow phase of the machine then affects
   every batch size, not one);
-- compute time per record: :func:`~tfplace.estimator.step_stats.node_compute_time`; times of zero
+- compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
   (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
 - persistent memory is measured once (it does not depend on the batch): variables' buffers from
   their static sizes, other state from the kernels' reports at the first batch size;
 - an output slot that is an input's buffer (TensorFlow forwarded it: see
-  :mod:`tfplace.estimator.step_stats`) is recorded in :attr:`OpCost.aliased_outputs` at a batch
+  :mod:`tfplace.tf_graph.step_stats`) is recorded in :attr:`OpCost.aliased_outputs` at a batch
   size only when every traced step there says so: whether a kernel writes in place depends on
   the order ops ran in, and counting a forwarded output as new memory only overestimates;
 - ops of the step that no trace reports get shape-based estimates
@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfplace.costgraph import AliasedOutput
+from tfplace.core.costgraph import AliasedOutput
+from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
 from tfplace.estimator.perturb import cost_factors, perturbation_seed
 from tfplace.estimator.shapes import (
@@ -52,8 +53,7 @@ from tfplace.estimator.shapes import (
     shaped_graph,
     variable_bytes,
 )
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces
-from tfplace.progress import Progress, track
+from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 __all__ = [
     "TIME_FLOOR",

@@ -26,11 +26,12 @@ from typing import Any
 
 from absl import logging
 
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceName, DeviceSet
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceName
+from tfplace.core.placement import Placement
 from tfplace.estimator.profiler import OpCost, median_cost
 from tfplace.estimator.regression import fill_cost_graph
-from tfplace.estimator.step_stats import OpTrace, collect_op_traces
+from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 __all__ = ["Refinement", "measured_costs", "refine_costs"]
 
@@ -100,8 +101,8 @@ def refine_costs(
     fetches: Any,
     feed_fn: Callable[[int], Mapping[Any, Any]],
     estimated: CostGraph,
-    structure: Any,
-    devices: DeviceSet,
+    placement: Placement,
+    run_placement: Callable[..., Any],
     *,
     warmup_steps: int = 2,
     traced_steps: int = 3,
@@ -119,12 +120,14 @@ def refine_costs(
         ``feed_fn(batch_size)`` returns the feed dict of one step.
     estimated : CostGraph
         Step 1's cost graph of the training step, with ``graph.graph["batch_size"]`` the target batch.
-    structure : networkx.DiGraph
-        Every op of ``graph`` (``ImportedGraph.cost_graph``), to place the ops outside the step.
-    devices : DeviceSet
-        Where to measure: DFS-TOPO fills them in order up to their memory. Virtual CPUs
-        (``/device:CPU:0-1``), loopback workers (``/job:worker/task:0-1/device:CPU:0``) or the GPUs
-        of the cluster given as ``cluster``.
+    placement : Placement
+        Where to measure, every op of ``graph`` placed (:func:`tfplace.api.measurement_placement`:
+        DFS-TOPO fills the devices in order up to their memory). Virtual CPUs (``/device:CPU:0-1``),
+        loopback workers (``/job:worker/task:0-1/device:CPU:0``) or the GPUs of the cluster given as
+        ``cluster``.
+    run_placement : callable
+        Runs ``placement`` and traces it (:func:`tfplace.runner.run_placement`), passed in by the
+        API that sits above the estimator.
     warmup_steps, traced_steps : int
         Untraced steps first, then traced steps whose per-op medians are taken.
     init_op : op or name, optional
@@ -136,17 +139,11 @@ def refine_costs(
     -------
     Refinement
     """
-    from tfplace.api import place_remaining_ops
-    from tfplace.placer import place_cost_graph
-    from tfplace.runner import run_placement
-
     batch_size = int(estimated.graph["batch_size"])
-    ordered = estimated.copy()
-    ordered.set_transfer_model(devices.typical_link)
-    placement = place_cost_graph(ordered, devices, "dfs_topo", simulate=False)
-    placement.assignment = place_remaining_ops(structure, placement.assignment, devices)
     logging.info(
-        "tfplace: Standard Evaluation step 2 at batch %d on %s", batch_size, ", ".join(devices.names)
+        "tfplace: Standard Evaluation step 2 at batch %d on %s",
+        batch_size,
+        ", ".join(placement.devices.names),
     )
     report = run_placement(
         graph,

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tfplace.costgraph import AliasedOutput, CostGraph, CostGraphError
+from tfplace.core.costgraph import AliasedOutput, CostGraph, CostGraphError
+from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, shared_aliases
-from tfplace.transfer import TransferModel
 
 __all__ = ["OpCostRegression", "fill_cost_graph"]
 

@@ -13,13 +13,13 @@ import importlib
 import time
 from typing import Any
 
-from tfplace.costgraph import CostGraph
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph, gc_paused, index_graph
-from tfplace.placement import Placement
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph, gc_paused, index_graph
+from tfplace.core.orders import kahn_order
+from tfplace.core.placement import Placement
 from tfplace.placer.base import PlacerFunction, PlacerOutput, check_constraints
 from tfplace.placer.capacity import capacity_warnings
-from tfplace.placer.orders import kahn_order
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "PlacerOutput", "place_cost_graph", "placer_function"]
 
@@ -74,7 +74,7 @@ def place_cost_graph(
 
     Raises
     ------
-    tfplace.costgraph.CostGraphError
+    tfplace.core.costgraph.CostGraphError
         When the graph has a cycle (the message names ops on it), whichever the placer.
     """
     function = placer_function(placer)

@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.orders import cpd_topo_order
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.orders import cpd_topo_order
 from tfplace.placer.sequential import next_fill_device
 from tfplace.placer.timeline import Timeline
 

@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
 from tfplace.placer import PLACERS, placer_function
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger

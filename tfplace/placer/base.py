@@ -7,8 +7,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
 from tfplace.placer.ledger import MemoryLedger
 
 __all__ = ["PlacerFunction", "PlacerOutput", "check_constraints"]

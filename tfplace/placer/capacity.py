@@ -11,7 +11,7 @@ alone, in the static memory model (resident bytes plus the largest temporary byt
   temporary bytes, exceed the targets' total memory, no placement fits.
 
 :func:`capacity_warnings` gives these first, then the ledger's overcommits, as
-:attr:`tfplace.placement.Placement.warnings`. Ops that no target can run go to a fallback CPU
+:attr:`tfplace.core.placement.Placement.warnings`. Ops that no target can run go to a fallback CPU
 without a memory limit and are left out.
 """
 

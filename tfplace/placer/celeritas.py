@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tfplace.costgraph import ccr
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph, index_graph
+from tfplace.core.costgraph import ccr
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph, index_graph
+from tfplace.core.orders import cpd_topo_order
 from tfplace.placer.adjusting import ClusterSchedule, adjusting_placement, order_place_clusters
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import fuse
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.orders import cpd_topo_order
 
 __all__ = ["DEFAULT_EXPLORATION_RANGE", "celeritas", "order_place"]
 

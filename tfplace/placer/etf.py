@@ -53,13 +53,13 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.orders import kahn_order
+from tfplace.core.transfer import TransferModel
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.favorite_child import NO_FAVORITE, favorite_children
 from tfplace.placer.ledger import UNPLACED, MemoryLedger
-from tfplace.placer.orders import kahn_order
-from tfplace.transfer import TransferModel
 
 __all__ = ["EtfSchedule", "Transfer", "etf_schedule", "m_etf", "m_sct"]
 

@@ -26,8 +26,8 @@ import numpy as np
 import scipy.sparse
 from scipy.optimize import linprog
 
-from tfplace.indexed import IndexedGraph
-from tfplace.transfer import TransferModel
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.transfer import TransferModel
 
 __all__ = ["NO_FAVORITE", "FavoriteChildren", "favorite_children"]
 

@@ -16,8 +16,8 @@ from itertools import chain, pairwise
 
 import numpy as np
 
-from tfplace.costgraph import CostGraph
-from tfplace.indexed import IndexedGraph
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.indexed import IndexedGraph
 
 __all__ = ["Fusion", "coarsen", "fuse", "optimal_breakpoints"]
 

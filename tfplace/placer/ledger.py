@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tfplace.costgraph import CostGraphError
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.costgraph import CostGraphError
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
 
 __all__ = ["UNPLACED", "MemoryLedger", "Overcommit"]
 

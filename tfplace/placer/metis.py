@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pymetis
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.orders import dfs_topo_order, kahn_order
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.orders import dfs_topo_order, kahn_order
 
 __all__ = ["dfs_topo", "fill_in_order", "m_topo", "next_fill_device", "single_device"]
 

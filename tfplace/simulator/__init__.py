@@ -10,9 +10,7 @@ chrome://tracing or Perfetto. No TensorFlow is needed.
 >>> to_chrome_trace(result, devices, "step.json")  # doctest: +SKIP
 """
 
-from tfplace.simulator.chrome_trace import chrome_trace, to_chrome_trace
-from tfplace.simulator.engine import PRIORITIES, simulate
-from tfplace.simulator.result import (
+from tfplace.core.simulated_step import (
     MemoryTrace,
     OomEvent,
     OpTask,
@@ -20,6 +18,8 @@ from tfplace.simulator.result import (
     SimulationResult,
     TransferTask,
 )
+from tfplace.simulator.chrome_trace import chrome_trace, to_chrome_trace
+from tfplace.simulator.engine import PRIORITIES, simulate
 
 __all__ = [
     "PRIORITIES",

@@ -12,9 +12,9 @@ import json
 import os
 from typing import Any
 
-from tfplace.costgraph import atomic_write_text
-from tfplace.devices import DeviceSet
-from tfplace.simulator.result import SimulationResult
+from tfplace.core.costgraph import atomic_write_text
+from tfplace.core.devices import DeviceSet
+from tfplace.core.simulated_step import SimulationResult
 
 __all__ = ["chrome_trace", "to_chrome_trace"]
 

@@ -12,9 +12,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
 2. **Transfers.** A tensor is an (op, output slot) pair; an edge that carries bytes without naming
    a slot is a tensor of its own. When its producer ends, a tensor is sent *once* to each other
    device that has a consumer of it. The transfer takes ``k * bytes + b`` on the
-   :meth:`~tfplace.devices.DeviceSet.link` between the devices (``b`` once per transfer an edge
+   :meth:`~tfplace.core.devices.DeviceSet.link` between the devices (``b`` once per transfer an edge
    of a coarse graph stands for) and occupies, for all of it but the link's ``latency``
-   (:meth:`~tfplace.transfer.TransferModel.occupancy`; the tensor arrives ``latency`` after
+   (:meth:`~tfplace.core.transfer.TransferModel.occupancy`; the tensor arrives ``latency`` after
    leaving the channels, so transfers sent together overlap their latencies), the channels of
    :func:`~tfplace.simulator.plan.route_channels`: the sender's outgoing and the receiver's
    incoming channel (full duplex: one transfer per direction per device at a time), plus both
@@ -70,11 +70,10 @@ from heapq import heappop, heappush
 import networkx as nx
 import numpy as np
 
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph, index_graph
-from tfplace.placer.orders import bottom_levels, kahn_order
-from tfplace.simulator.plan import TransferPlan, plan_transfers
-from tfplace.simulator.result import (
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph, index_graph
+from tfplace.core.orders import bottom_levels, kahn_order
+from tfplace.core.simulated_step import (
     MemoryTrace,
     OomEvent,
     OpTask,
@@ -82,6 +81,7 @@ from tfplace.simulator.result import (
     SimulationResult,
     TransferTask,
 )
+from tfplace.simulator.plan import TransferPlan, plan_transfers
 
 __all__ = ["PRIORITIES", "simulate"]
 
@@ -125,14 +125,14 @@ def simulate(
     ------
     ValueError
         When ``op_devices`` or ``priority`` do not fit the graph (the message names the op).
-    tfplace.costgraph.CostGraphError
+    tfplace.core.costgraph.CostGraphError
         When the graph has a cycle or an edge names an output slot its producer lacks.
-    tfplace.devices.DeviceError
+    tfplace.core.devices.DeviceError
         When a mapping names an unknown device.
 
     Examples
     --------
-    >>> from tfplace.costgraph import CostGraph
+    >>> from tfplace.core.costgraph import CostGraph
     >>> g = CostGraph()
     >>> g.add_op("a", compute_time=1.0, output_sizes=(1000,))
     >>> g.add_op("b", compute_time=2.0)

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tfplace.costgraph import CostGraphError
-from tfplace.devices import DeviceSet
-from tfplace.indexed import IndexedGraph
-from tfplace.transfer import TransferModel
+from tfplace.core.costgraph import CostGraphError
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.transfer import TransferModel
 
 __all__ = ["TransferPlan", "channel_count", "plan_transfers", "route_channels"]
 

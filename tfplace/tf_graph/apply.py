@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from tfplace.devices import DeviceName
-from tfplace.placement import Placement, PlacementError
+from tfplace.core.devices import DeviceName
+from tfplace.core.placement import Placement, PlacementError
 from tfplace.tf_graph.constraints import colocation_groups
 from tfplace.tf_graph.importer import load_graph
 
@@ -33,7 +33,7 @@ def _listed(names: list[str]) -> str:
 
 
 def check_placement(assignment: Mapping[str, str], graph: Any) -> None:
-    """Raise :class:`~tfplace.placement.PlacementError` unless ``assignment`` fits ``graph``.
+    """Raise :class:`~tfplace.core.placement.PlacementError` unless ``assignment`` fits ``graph``.
 
     Parameters
     ----------

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tfplace.costgraph import atomic_write_bytes
+from tfplace.core.costgraph import atomic_write_bytes
 
 __all__ = ["GRAPH_SUFFIXES", "write_graph", "write_tensorboard_graph"]
 

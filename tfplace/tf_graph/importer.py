@@ -1,4 +1,4 @@
-"""Read a TensorFlow graph into the structure of a :class:`~tfplace.costgraph.CostGraph`.
+"""Read a TensorFlow graph into the structure of a :class:`~tfplace.core.costgraph.CostGraph`.
 
 :func:`import_graph` takes a ``tf.Graph``, a ``GraphDef``, a ``MetaGraphDef`` or a saved file, and
 returns an :class:`ImportedGraph`: one cost-graph node per GraphDef node with its op type,
@@ -24,7 +24,7 @@ from typing import Any
 
 import networkx as nx
 
-from tfplace.costgraph import CostGraph, find_cycle_ops
+from tfplace.core.costgraph import CostGraph, find_cycle_ops
 from tfplace.tf_graph.constraints import colocation_groups, group_device_kinds, op_device_kinds
 
 __all__ = [

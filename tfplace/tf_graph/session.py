@@ -9,7 +9,7 @@ nothing about real links (use :class:`~tfplace.tf_graph.cluster.LocalCluster` fo
 Where an op ran comes from FULL_TRACE step stats. Their node names are not all GraphDef ops: a
 lowered functional ``While`` runs as ``while/body/_1/add_0``, ``while/next_iteration/_36``, ...; the
 partitioner adds ``_Send`` / ``_Recv`` pairs; the executor adds ``_SOURCE``. Records are mapped back
-to GraphDef ops by :func:`tfplace.estimator.step_stats.op_name_for_node`, and transfers and
+to GraphDef ops by :func:`tfplace.tf_graph.step_stats.op_name_for_node`, and transfers and
 internals are skipped.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfplace.devices import DeviceName
-from tfplace.estimator.step_stats import op_name_for_node
-from tfplace.placement import Placement
+from tfplace.core.devices import DeviceName
+from tfplace.core.placement import Placement
+from tfplace.tf_graph.step_stats import op_name_for_node
 
 __all__ = [
     "StepResults",

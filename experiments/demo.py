@@ -1,6 +1,6 @@
 """End-to-end demonstration on Inception V3: measure, place on 4 devices, run, and compare.
 
-``make demo`` (or ``python -m tfplace.demo`` from a checkout, where ``models/`` is importable) runs
+``make demo`` (or ``python -m experiments.demo`` from a checkout, where ``models/`` is importable) runs
 the whole pipeline of the paper on tf_keras' Inception V3 training graph:
 
 1. Standard Evaluation: profile the training step at batch 1, 2 and 4 and predict every op's costs
@@ -28,10 +28,10 @@ import numpy as np
 from absl import app, flags, logging
 
 from tfplace.api import estimate_costs, place_remaining_ops
-from tfplace.costgraph import graph_memory
-from tfplace.devices import DeviceSet
+from tfplace.core.costgraph import graph_memory
+from tfplace.core.devices import DeviceSet
+from tfplace.core.transfer import PRESETS
 from tfplace.placer import place_cost_graph
-from tfplace.transfer import PRESETS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("image_size", 75, "Input side of Inception V3 (the paper: 299; 75 is the smallest).")
@@ -52,7 +52,7 @@ def _build(image_size: int):  # type: ignore[no-untyped-def]
         from models import build_model
     except ImportError:
         sys.exit(
-            "tfplace.demo needs the benchmark models of a tfplace checkout: run it from the repository root"
+            "experiments.demo needs the benchmark models of a tfplace checkout: run it from the repository root"
         )
     return build_model("inception_v3", image_size=image_size)
 

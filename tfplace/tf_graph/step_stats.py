@@ -53,7 +53,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfplace.costgraph import AliasedOutput
+from tfplace.core.costgraph import AliasedOutput
 
 __all__ = ["OpTrace", "allocation_peaks", "collect_op_traces", "node_compute_time", "op_name_for_node"]
 

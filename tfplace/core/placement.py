@@ -9,16 +9,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tfplace.costgraph import CostGraph, atomic_write_text
-from tfplace.devices import Device, DeviceSet
-from tfplace.tables import format_table
-from tfplace.transfer import TransferModel
-from tfplace.units import format_bytes, format_seconds
+from tfplace.core.costgraph import CostGraph, atomic_write_text
+from tfplace.core.devices import Device, DeviceSet
+from tfplace.core.tables import format_table
+from tfplace.core.transfer import TransferModel
+from tfplace.core.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from tfplace.simulator.result import SimulationResult
+    from tfplace.core.simulated_step import SimulationResult
 
-__all__ = ["Placement", "PlacementError"]
+__all__ = ["GraphWriter", "Placement", "PlacementError", "register_graph_writer"]
+
+GraphWriter = Callable[["Placement", Any], Any]
+"""``writer(placement, graph) -> placed graph``: writes a placement into a framework's graph."""
+
+_graph_writer: list[GraphWriter] = []
+
+
+def register_graph_writer(writer: GraphWriter) -> None:
+    """Make :meth:`Placement.apply` write with ``writer``. Importing :mod:`tfplace` registers
+    :func:`tfplace.tf_graph.apply.apply_placement`, so that the core never imports TensorFlow's side."""
+    _graph_writer[:] = [writer]
 
 
 class PlacementError(ValueError):
@@ -52,7 +63,7 @@ class Placement:
         Best-effort decisions the user should know about (overcommitted devices, ...).
     cost_graph : CostGraph or None
         The costs the placement was made with (not saved by :meth:`save`; save it with
-        :func:`tfplace.costgraph.save_json`).
+        :func:`tfplace.core.costgraph.save_json`).
     details : dict
         Placer-specific facts (:attr:`tfplace.placer.PlacerOutput.details`: Celeritas' cluster
         count and CCR after fusion, ...); not saved by :meth:`save`.
@@ -85,10 +96,13 @@ class Placement:
 
     def apply(self, graph: Any) -> Any:
         """Write the devices into a ``tf.Graph`` (in place) or a ``GraphDef`` / ``MetaGraphDef``
-        (returns a placed copy). See :func:`tfplace.tf_graph.apply.apply_placement`."""
-        from tfplace.tf_graph.apply import apply_placement
-
-        return apply_placement(self, graph)
+        (returns a placed copy). See :func:`tfplace.tf_graph.apply.apply_placement`, the writer
+        :func:`register_graph_writer` was given."""
+        if not _graph_writer:
+            raise PlacementError(
+                "no graph writer is registered: import tfplace to write placements into graphs"
+            )
+        return _graph_writer[0](self, graph)
 
     def ops_on(self, device: str) -> list[str]:
         """Names of the ops placed on ``device``."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfplace.costgraph import CostGraph
-from tfplace.transfer import TransferModel
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.transfer import TransferModel
 
 __all__ = ["layered_training_graph", "random_dag"]
 

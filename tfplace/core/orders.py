@@ -7,8 +7,8 @@
   decreasing ``cpath = tlevel + blevel`` (Eq. 2-3) and whose children are pushed on the head in
   increasing ``cpath``, so the child on the critical path comes next.
 
-All functions take an :class:`~tfplace.indexed.IndexedGraph` and return op positions; they raise
-:class:`~tfplace.costgraph.CostGraphError` naming ops of a cycle when the graph is not acyclic.
+All functions take an :class:`~tfplace.core.indexed.IndexedGraph` and return op positions; they raise
+:class:`~tfplace.core.costgraph.CostGraphError` naming ops of a cycle when the graph is not acyclic.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.costgraph import CostGraphError
-from tfplace.indexed import IndexedGraph
+from tfplace.core.costgraph import CostGraphError
+from tfplace.core.indexed import IndexedGraph
 
 __all__ = [
     "bottom_levels",

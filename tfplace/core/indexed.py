@@ -2,7 +2,7 @@
 
 Placers and the simulator visit each op and edge a few times; doing that through networkx's
 dictionaries costs more than the algorithms themselves on graphs of 100k ops. :func:`index_graph`
-walks the :class:`~tfplace.costgraph.CostGraph` once and returns flat lists and arrays indexed by
+walks the :class:`~tfplace.core.costgraph.CostGraph` once and returns flat lists and arrays indexed by
 op position. It is derived from the cost graph, never edited, and never kept between calls.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import networkx as nx
 import numpy as np
 
-from tfplace.costgraph import CostGraphError
-from tfplace.devices import DeviceSet
-from tfplace.transfer import TransferModel
+from tfplace.core.costgraph import CostGraphError
+from tfplace.core.devices import DeviceSet
+from tfplace.core.transfer import TransferModel
 
 __all__ = ["IndexedGraph", "gc_paused", "index_graph"]
 
@@ -71,7 +71,7 @@ class IndexedGraph:
 
     @property
     def memory(self) -> np.ndarray:
-        """``Memory[v_i]`` of every op (:func:`tfplace.costgraph.op_memory`)."""
+        """``Memory[v_i]`` of every op (:func:`tfplace.core.costgraph.op_memory`)."""
         return self.persistent + self.outputs + self.temporary
 
     @property
@@ -185,7 +185,7 @@ def _allocated_outputs(
 def _transfer_counts(
     edges: list[dict[str, Any]], nbytes: list[int], slots: list[tuple[int, ...]]
 ) -> np.ndarray:
-    """:func:`~tfplace.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
+    """:func:`~tfplace.core.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
     or one without bytes, else the recorded ``transfers`` or one per slot (at least one)."""
     recorded = np.array(list(map(methodcaller("get", "transfers", -1), edges)), dtype=np.int64)
     per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=len(edges)))

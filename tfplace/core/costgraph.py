@@ -73,7 +73,7 @@ from typing import Any
 
 import networkx as nx
 
-from tfplace.transfer import TransferModel
+from tfplace.core.transfer import TransferModel
 
 __all__ = [
     "JSON_FORMAT",

@@ -26,7 +26,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tfplace.comparison import FusionStats, PlacerRun
+from experiments.comparison import FusionStats, PlacerRun
 from tfplace.estimator.accuracy import AccuracyReport
 
 __all__ = [

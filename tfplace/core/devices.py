@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tfplace.transfer import PRESETS, TransferModel
+from tfplace.core.transfer import PRESETS, TransferModel
 
 __all__ = ["Device", "DeviceError", "DeviceName", "DeviceSet", "parse_memory"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.costgraph import CostGraph
+from tfplace.core.costgraph import CostGraph
 
 __all__ = ["DEVICE_MODELS", "OPAQUE_OPS", "VIEW_OPS", "DeviceModel", "convert_graph", "op_bytes_accessed"]
 

@@ -1,6 +1,6 @@
 """Bytes and seconds as people read them in tables, logs and plots: ``6.96 MB``, ``7.5 ms``.
 
-Decimal units throughout (1 MB = 10^6 bytes), as :func:`tfplace.devices.parse_memory` reads
+Decimal units throughout (1 MB = 10^6 bytes), as :func:`tfplace.core.devices.parse_memory` reads
 ``"32GB"``. Each formatter has a companion returning the scale and unit it picked, for drawing a
 whole axis in one unit.
 """

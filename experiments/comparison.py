@@ -14,9 +14,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from tfplace.costgraph import CostGraph, ccr, graph_memory
-from tfplace.devices import DeviceSet
-from tfplace.placement import Placement
+from tfplace.core.costgraph import CostGraph, ccr, graph_memory
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
 from tfplace.placer import place_cost_graph
 from tfplace.simulator import SimulationResult, simulate
 
