@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 from absl import flags, logging
+from hypothesis import settings
 
 from helpers import feed_function
+from tfplace.estimator.perturb import PERTURB_VARIABLE
 
 TEST_DATA = Path(__file__).parent / "data"
 
@@ -45,3 +47,16 @@ def python_program(monkeypatch):
     logging.set_verbosity(logging.WARNING)
     yield
     logging.set_verbosity(before)
+
+
+@pytest.fixture
+def unperturbed(monkeypatch):
+    """Profiles exactly as traced, also when the suite runs under ``TFPLACE_PERTURB_PROFILES``: for
+    tests that feed the profiler fixed traces and check its arithmetic."""
+    monkeypatch.delenv(PERTURB_VARIABLE, raising=False)
+
+
+settings.register_profile("reproducible", derandomize=True, database=None)
+settings.load_profile("reproducible")
+"""Property tests draw the same examples in every run and on every machine: a red run is
+reproducible, and a green one does not depend on which examples chance picked."""

@@ -6,9 +6,12 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
+from tfplace.core.placement import Placement
 from tfplace.core.transfer import TransferModel
 
 #: A link with no per-transfer overhead and 1 second per byte: transfer times equal byte counts.
@@ -52,6 +55,18 @@ def graph_from_edges(
     for src, dst, nbytes in edges:
         graph.add_dependency(src, dst, slots=(0,) if nbytes else (), nbytes=nbytes, control=not nbytes)
     return graph
+
+
+def contiguous_split(structure: nx.DiGraph, names: list[str]) -> Placement:
+    """An explicit split of a graph over ``names`` (1 GB each): its co-location groups (an op outside
+    any group counts as one) in topological order, cut into ``len(names)`` runs of equal count, run
+    ``i`` on ``names[i]``. Every device gets ops whatever the costs, and tensors cross each cut."""
+    units = list(
+        dict.fromkeys(structure.nodes[op]["colocation_group"] or op for op in nx.topological_sort(structure))
+    )
+    device_of = {unit: names[i * len(names) // len(units)] for i, unit in enumerate(units)}
+    assignment = {op: device_of[structure.nodes[op]["colocation_group"] or op] for op in structure}
+    return Placement(assignment, DeviceSet.parse(names, "1GB"), placer="contiguous split")
 
 
 _OVERCOMMIT = re.compile(r"(\S+) is overcommitted by ([\d,]+) bytes \(([\d,]+) placed on ([\d,]+)\)")

@@ -73,6 +73,23 @@ def test_a_second_place_reads_the_profile_from_the_cache(load_saved_graph, tmp_p
     )
 
 
+@pytest.mark.parametrize("placer", ["auto", "celeritas"])
+def test_placing_again_from_the_cached_profile_gives_the_same_placement(load_saved_graph, tmp_path, placer):
+    from tfplace import place
+
+    graph, entry, _ = load_saved_graph("cnn")
+    options = dict(profile_batch_sizes=[1, 2], cache_dir=tmp_path, warmup_steps=1, traced_steps=2)
+    devices = DeviceSet.parse("/device:CPU:0-2", "300KB")  # tight or not, the same call decides alike
+    measured, cached = (
+        place(
+            graph, entry["train_op"], feed_function(entry), devices, batch_size=64, placer=placer, **options
+        )
+        for _ in range(2)
+    )
+
+    assert cached.assignment == measured.assignment
+
+
 def test_estimated_costs_cover_the_step_with_flops_at_the_target_batch(load_saved_graph, tmp_path):
     from tfplace import estimate_costs
 

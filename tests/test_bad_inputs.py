@@ -419,7 +419,7 @@ def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_me
 
 
 @pytest.mark.tensorflow
-def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypatch):
+def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypatch, unperturbed):
     from tfplace.estimator import profiler
     from tfplace.tf_graph.step_stats import OpTrace
 

@@ -1,5 +1,9 @@
 """Nothing is lost by placing: a model split over virtual CPUs by ``tfplace.place`` trains exactly as
-on one device, and placing changes the user's graph in its devices only."""
+on one device (the same losses and weights), and placing changes the user's graph in its devices only.
+
+Whether twenty steps from a random initialisation lower the loss depends on the numbers the CPU's
+kernels produce, so it is not asserted: equality with the single device is what placing must keep.
+"""
 
 from __future__ import annotations
 
@@ -38,9 +42,11 @@ def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_a
     untouched = graph.as_graph_def()
     needed = graph_memory(estimate_costs(graph, spec.train_op, spec.feed_fn, 8, **options).cost_graph)
     devices = DeviceSet.parse(f"/device:CPU:0-{DEVICES - 1}", needed * 2 // (DEVICES + 1))
-    # two devices hold 80% of what the step needs in the static memory model, so Celeritas, placing
-    # by that model (its gradient ops co-placed with their forward ops), must split it over three or more; auto, judging memory by simulating, may keep
-    # it on fewer devices, which would prove less here
+    # two devices hold 80% of what the step needs in the static memory model (on a set of devices,
+    # the ops' resident bytes plus at least the largest temporary bytes), whatever the profile says:
+    # Celeritas, placing by that model (memory_model="static", its gradient ops co-placed), gives ops to a third device once the first two are full
+    # (fitting there or, best effort, as the least used); auto, judging memory by simulating, may
+    # keep the step on fewer devices, which would prove less here
     placement = place(
         graph,
         spec.train_op,
@@ -85,6 +91,6 @@ def test_a_model_split_over_four_devices_trains_twenty_steps_exactly_as_on_one_a
     assert device_mismatches(placed.run_metadata[0], placement) == []
     losses = [step["loss"] for step in placed.values]
     np.testing.assert_allclose(losses, [step["loss"] for step in single.values], rtol=1e-5)
-    assert losses[-1] < losses[0]
+    assert len(set(losses)) > 1  # the steps trained: the same batch gives another loss
     for after_placed, after_single in zip(placed.final_values, single.final_values, strict=True):
         np.testing.assert_allclose(after_placed, after_single, rtol=1e-5, atol=1e-7)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tfplace.estimator import profiler
+from tfplace.estimator.perturb import PERTURB_VARIABLE, TEMPORARY_FACTORS, TIME_FACTORS, cost_factors
 from tfplace.estimator.profiler import TIME_FLOOR, profile_graph
 from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
@@ -51,7 +52,7 @@ def test_every_op_of_the_step_is_profiled_at_every_batch_and_initializers_are_no
     assert result.estimated_ops == ()
 
 
-def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch):
+def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch, unperturbed):
     times = itertools.cycle([5e-6, 1e-6, 400e-6, 2e-6, 3e-6])
     sizes = itertools.cycle([8, 8, 8000, 8, 8])
 
@@ -69,7 +70,7 @@ def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch):
             assert cost.temporary_bytes == 8
 
 
-def test_zero_measured_times_are_raised_to_the_floor(monkeypatch):
+def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed):
     def zero_time(metadata, names, inputs=None):
         return {name: OpTrace(0.0, (), 0, 0, "/device:CPU:0", 1) for name in names}
 
@@ -79,7 +80,7 @@ def test_zero_measured_times_are_raised_to_the_floor(monkeypatch):
     assert {cost.compute_time for cost in result.costs[1].values()} == {TIME_FLOOR}
 
 
-def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(monkeypatch):
+def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(monkeypatch, unperturbed):
     def without_logits(metadata, names, inputs=None):
         traces = collect_op_traces(metadata, names, inputs)
         traces.pop("logits")
@@ -166,3 +167,47 @@ def test_outputs_that_are_an_inputs_buffer_are_profiled_and_kept_through_the_cac
         assert per_op["ident"].aliased_outputs == ((0, "logits", 0),)
         assert per_op["logits"].aliased_outputs == ()
     assert profiler.ProfileSet.from_dict(result.to_dict()).costs == result.costs
+
+
+def fixed_traces(metadata, names, inputs=None):
+    """Every op took 10 us, wrote 8 bytes and used 1,000 temporary bytes."""
+    return {name: OpTrace(1e-5, (8,), 1000, 0, "/device:CPU:0", 1) for name in names}
+
+
+def test_a_perturbed_profile_scales_each_ops_time_and_temporary_bytes_by_its_seeded_factors(
+    monkeypatch, unperturbed, tmp_path
+):
+    monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    graph, train = dense_graph()
+    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    monkeypatch.setenv(PERTURB_VARIABLE, "3")
+    perturbed = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+
+    assert not perturbed.from_cache and perturbed.key != plain.key  # the seed is part of the key
+    for batch in (1, 2):
+        for op, cost in perturbed.costs[batch].items():
+            time_factor, temporary_factor = cost_factors(3, op)
+            assert cost.compute_time == pytest.approx(plain.costs[batch][op].compute_time * time_factor)
+            assert cost.temporary_bytes == int(plain.costs[batch][op].temporary_bytes * temporary_factor)
+            assert (cost.output_sizes, cost.persistent_bytes) == (
+                plain.costs[batch][op].output_sizes,
+                plain.costs[batch][op].persistent_bytes,
+            )
+    factors = [cost.compute_time / 1e-5 for cost in perturbed.costs[1].values()]
+    assert len(set(factors)) == len(factors)  # each op its own factor
+
+
+def test_perturbation_factors_are_seeded_per_op_and_span_their_ranges():
+    ops = [f"op{i}" for i in range(2000)]
+    times, temporaries = zip(*(cost_factors(1, op) for op in ops), strict=True)
+    assert TIME_FACTORS[0] <= min(times) < 0.62 and 1.58 < max(times) < TIME_FACTORS[1]
+    assert TEMPORARY_FACTORS[0] <= min(temporaries) < 0.01 and 1.99 < max(temporaries) < TEMPORARY_FACTORS[1]
+    assert [cost_factors(1, op) for op in ops[:5]] == [cost_factors(1, op) for op in ops[:5]]
+    assert cost_factors(1, "op0") != cost_factors(2, "op0")
+
+
+def test_a_perturbation_seed_that_is_not_an_integer_is_refused(monkeypatch):
+    monkeypatch.setenv(PERTURB_VARIABLE, "yes")
+    graph, train = dense_graph()
+    with pytest.raises(ValueError, match="TFPLACE_PERTURB_PROFILES must be an integer seed, got 'yes'"):
+        profile_graph(graph, train, dense_feeds, **FAST)

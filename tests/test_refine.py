@@ -3,6 +3,7 @@
 import pytest
 
 from helpers import feed_function
+from tfplace.core.costgraph import graph_memory
 from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.estimator.profiler import OpCost
 
@@ -54,12 +55,14 @@ def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the
     from tfplace.tf_graph.step_stats import collect_op_traces
 
     graph, entry, _ = load_saved_graph("cnn")
-    devices = DeviceSet.parse("/device:CPU:0-1", "200KB")  # the target batch does not fit one of them
     options = dict(profile_batch_sizes=[1, 2], cache_dir=tmp_path, warmup_steps=1, traced_steps=2)
+    predicted = estimate_costs(graph, entry["train_op"], feed_function(entry), 16, **options).cost_graph
+    # the predicted step does not fit one device, so DFS-TOPO fills the first and goes on to the second
+    devices = DeviceSet.parse("/device:CPU:0-1", int(0.6 * graph_memory(predicted)))
 
     estimate = estimate_costs(
         graph, entry["train_op"], feed_function(entry), 16, refine_on=devices, **options
-    )
+    )  # the profile comes from the cache: the same predictions
 
     refinement = estimate.refinement
     assert estimate.cost_graph is refinement.cost_graph

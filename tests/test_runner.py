@@ -3,28 +3,13 @@
 import json
 import os
 
-import networkx as nx
 import numpy as np
 import pytest
 
-from helpers import feed_function
+from helpers import contiguous_split
 from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.runner import run_placement, session_target_kind, simulated_trace_path
-
-
-def halves(structure, names):
-    """The first half of the co-location groups (in topological order) on ``names[0]``, the rest on
-    ``names[1]``: a split with a few tensors crossing between the devices."""
-    units = list(
-        dict.fromkeys(structure.nodes[op]["colocation_group"] or op for op in nx.topological_sort(structure))
-    )
-    first = set(units[: len(units) // 2])
-    assignment = {
-        op: names[0] if (structure.nodes[op]["colocation_group"] or op) in first else names[1]
-        for op in structure
-    }
-    return Placement(assignment, DeviceSet.parse(names, "1GB"), placer="halves")
 
 
 def fixed_feed(feeds):
@@ -95,7 +80,7 @@ def test_a_run_on_virtual_cpus_drops_the_warm_up_traces_a_step_and_trains_like_o
 
     graph, entry, feeds = load_saved_graph("cnn")
     imported = import_graph(graph, [entry["train_op"], entry["loss"]])
-    placement = halves(imported.cost_graph, ["/device:CPU:0", "/device:CPU:1"])
+    placement = contiguous_split(imported.cost_graph, ["/device:CPU:0", "/device:CPU:1"])
     placement.cost_graph = CostGraph(imported.cost_graph.subgraph(imported.step_ops))
     devices_before = {op.name: op.device for op in graph.get_operations()}
 
@@ -129,25 +114,14 @@ def test_a_run_on_virtual_cpus_drops_the_warm_up_traces_a_step_and_trains_like_o
 @pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_placement_over_two_loopback_workers_runs_where_placed_trains_like_one_device_and_stops_them(
-    load_saved_graph, tmp_path
+    load_saved_graph,
 ):
-    from tfplace import place
+    from tfplace.tf_graph.importer import import_graph
     from tfplace.tf_graph.session import executed_devices
 
     graph, entry, feeds = load_saved_graph("cnn")
-    workers = DeviceSet.parse("/job:worker/task:0-1/device:CPU:0", "1GB")
-    placement = place(
-        graph,
-        entry["train_op"],
-        feed_function(entry),
-        workers,
-        batch_size=4,
-        placer="m_topo",
-        profile_batch_sizes=[1, 2],
-        cache_dir=tmp_path,
-        warmup_steps=1,
-        traced_steps=1,
-    )
+    workers = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
+    placement = contiguous_split(import_graph(graph, [entry["train_op"], entry["loss"]]).cost_graph, workers)
 
     report = run_placement(
         graph,

@@ -38,6 +38,16 @@ def test_an_op_on_examples_without_a_batch_rule_runs_whole_and_its_readers_still
     assert plan.splits["relu"].degree == 1 and plan.splits["relu_grad"].dimension == "batch"
 
 
+def test_an_op_whose_inputs_the_graph_does_not_order_runs_whole_when_its_rule_reads_them_differently():
+    graph = small_cnn_graph()
+    for op in ("conv", "relu"):
+        graph.nodes[op]["inputs"] = None  # a cost graph of schema version 1 or 2
+    plan = data_parallel_plan(graph, GPUS)
+    assert plan.splits["conv"].degree == 1  # input, filter: sharded and replicated
+    assert plan.splits["relu"].dimension == "batch"  # one input: read alike whatever its position
+    simulate_plan(graph, plan)
+
+
 def test_devices_of_different_speeds_get_proportional_pieces():
     graph = small_cnn_graph()
     plan = data_parallel_plan(graph, GPUS, speeds=[3.0, 1.0])

@@ -346,7 +346,7 @@ def test_identity_reshape_and_views_are_their_inputs_buffers_in_a_real_trace():
     assert traces["split"].aliased_outputs == tuple((slot, "mm", 0) for slot in range(4))
     assert traces["split"].output_sizes == (16 * 256 * 4,) * 4
     assert traces["conv"].aliased_outputs == ()
-    assert traces["conv"].temporary_bytes > 0
+    assert traces["conv"].output_sizes == (64 * 16 * 16 * 8 * 4,)  # its scratch memory is the kernel's choice
 
 
 @pytest.mark.tensorflow

@@ -21,6 +21,12 @@ in the standard collections ``losses`` and ``train_op``.
     (``colocate_gradients_with_ops=True``), trained by gradient descent.
 
 Every random initializer has a fixed seed, so every session starts from the same weights.
+
+Beside them, not written by this script, two cost graphs measured once on a 2-core machine, so that
+tests of what placers decide on a real graph's costs see the same numbers on every machine:
+``cnn_costs_b64.json.gz`` (``tfplace profile --graph tests/data/cnn.meta --batch_size=64
+--profile_batch_sizes=1,2,4 --cache_dir= --out ...``) and ``lstm_v1_costs_b64.json.gz`` (the same
+for ``lstm_v1.meta`` with ``--input_shape=inputs=4,B,5``).
 """
 
 from __future__ import annotations

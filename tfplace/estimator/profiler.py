@@ -25,7 +25,10 @@ Measurement choices (each documented where it is made):
   size only when every traced step there says so: whether a kernel writes in place depends on
   the order ops ran in, and counting a forwarded output as new memory only overestimates;
 - ops of the step that no trace reports get shape-based estimates
-  (:mod:`tfplace.estimator.shapes`) and are listed in :attr:`ProfileSet.estimated_ops`.
+  (:mod:`tfplace.estimator.shapes`) and are listed in :attr:`ProfileSet.estimated_ops`;
+- with ``TFPLACE_PERTURB_PROFILES=SEED`` in the environment, every op's measured compute time is
+  multiplied by a seeded factor in 0.6-1.6 and its temporary bytes by one in 0-2, as another
+  machine might measure them (:mod:`tfplace.estimator.perturb`); the seed is part of the cache key.
 
 TensorFlow is imported inside the functions that run it; the data classes need none.
 """
@@ -43,6 +46,7 @@ from typing import Any
 from tfplace.core.costgraph import AliasedOutput
 from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
+from tfplace.estimator.perturb import cost_factors, perturbation_seed
 from tfplace.estimator.shapes import (
     UNKNOWN_OP_TIME,
     estimate_op,
@@ -579,6 +583,9 @@ def profile_graph(
         "tensorflow": tf.__version__,
         "profile_format": _PROFILE_FORMAT,
     }
+    perturbation = perturbation_seed()
+    if perturbation is not None:
+        settings["perturbation_seed"] = perturbation
     key = profile_key(step_graph_def(graph, needed), settings)
     cache = ProfileCache(cache_dir) if cache_dir is not None and os.fspath(cache_dir) != "" else None
     if cache is not None:
@@ -593,6 +600,8 @@ def profile_graph(
         graph, fetch_elements, feeds, initializer, session_config, warmup_steps, traced_steps, inputs
     )
     profile = _assemble(graph, needed, measured, {b: feeds[b] for b in sizes})
+    if perturbation is not None:
+        profile.costs = _perturbed(profile.costs, perturbation)
     profile.fetches = fetch_names
     profile.key = key
     profile.profiling_seconds = time.perf_counter() - started
@@ -639,6 +648,23 @@ def _assemble(
         step_times={b: m.step_time for b, m in measured.items()},
         devices={op: traces[-1].device for op, traces in largest.items()},
     )
+
+
+def _perturbed(costs: Mapping[int, Mapping[str, OpCost]], seed: int) -> dict[int, dict[str, OpCost]]:
+    """``costs`` as another machine might measure them (:mod:`tfplace.estimator.perturb`): each
+    op's compute time (kept at least :data:`TIME_FLOOR`) and temporary bytes scaled by its seeded
+    factors, the same at every batch size."""
+    result: dict[int, dict[str, OpCost]] = {}
+    for batch_size, per_op in costs.items():
+        result[batch_size] = {}
+        for op, cost in per_op.items():
+            time_factor, temporary_factor = cost_factors(seed, op)
+            result[batch_size][op] = dataclasses.replace(
+                cost,
+                compute_time=max(cost.compute_time * time_factor, TIME_FLOOR),
+                temporary_bytes=int(cost.temporary_bytes * temporary_factor),
+            )
+    return result
 
 
 def _estimate_from_shapes(

@@ -32,7 +32,9 @@ METIS seed gained more per simulation than a move did (on the NMT 3.66 s against
 gained at most 0.01%), while graphs small enough to simulate every candidate leave simulations
 for moves (Inception V3 2.855 s -> 2.830 s). On graphs so large that fewer simulations than
 :data:`ALWAYS` placers are allowed, the later ones are left out. Everything is deterministic: the
-portfolio's order, METIS's seeds and the moves' order are fixed.
+portfolio's order, METIS's seeds and the moves' order are fixed, and the budget counts simulations,
+not seconds. The one clock involved is m-SCT's LP time limit (:func:`tfplace.placer.etf.m_sct`),
+in the portfolio of small graphs: past it, that candidate is m-ETF's placement.
 
 ``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
 it) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per

@@ -137,7 +137,9 @@ def m_sct(
     Favorite children come from the relaxed LP (:func:`~tfplace.placer.favorite_child.favorite_children`,
     edge costs on the device set's typical link). ``details["lp"]`` reports its size, status and
     solve seconds; when HiGHS fails or exceeds ``lp_time_limit`` seconds, the placement is m-ETF's
-    and ``details["warning"]`` says so. ``details["favorites_on_parent_device"]`` counts the
+    and ``details["warning"]`` says so. That limit is the one wall-clock limit of any placer: within
+    it the placement depends on the graph and devices only; a machine too slow or busy to solve the
+    LP in time gets m-ETF's. ``details["favorites_on_parent_device"]`` counts the
     favorite children that ran on their parent's device.
     """
     lp = favorite_children(graph, devices.typical_link, time_limit=lp_time_limit)

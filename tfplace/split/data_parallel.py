@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import networkx as nx
 
 from tfplace.core.devices import DeviceSet
-from tfplace.split.plan import OpSplit, SplitPlan, dimension_size
+from tfplace.split.plan import OpSplit, SplitPlan, dimension_size, inputs_known
 from tfplace.split.rules import BATCH, PARTIAL, REDUCTION, REPLICA, SHAPE_OPS, can_replicate, op_rules
 
 __all__ = ["FED_TYPES", "batch_dimension", "data_parallel_plan"]
@@ -35,12 +35,13 @@ FED_TYPES = frozenset({"Placeholder", "PlaceholderV2", "IteratorGetNext"})
 
 
 def batch_dimension(graph: nx.DiGraph, op: str) -> str | None:
-    """The dimension along which ``op`` splits its examples, or ``None`` when it cannot."""
+    """The dimension along which ``op`` splits its examples, or ``None`` when it cannot (also when
+    the graph does not record which input is which and the rule reads them differently)."""
     rules = op_rules(graph.nodes[op]["op_type"], graph.nodes[op].get("attrs"))
     if BATCH in rules:
-        return BATCH
+        return BATCH if inputs_known(graph, op, rules[BATCH]) else None
     reduction = rules.get(REDUCTION)
-    if reduction is not None:
+    if reduction is not None and inputs_known(graph, op, reduction):
         axes = {layout.axis for layout in reduction.reads if layout.kind in ("sharded", "halo")}
         if axes == {0}:
             return REDUCTION

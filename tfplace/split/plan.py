@@ -23,7 +23,7 @@ from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.split.rules import BATCH, REPLICA, SplitRule, can_replicate, op_rules
 
-__all__ = ["OpSplit", "SplitPlan", "dimension_size", "rule_of"]
+__all__ = ["OpSplit", "SplitPlan", "dimension_size", "inputs_known", "rule_of"]
 
 PLAN_FORMAT = "tfplace.split_plan"
 
@@ -192,6 +192,12 @@ def rule_of(graph: nx.DiGraph, op: str, split: OpSplit) -> SplitRule | None:
     if split.degree == 1 or split.dimension in (None, REPLICA):
         return None
     return op_rules(graph.nodes[op]["op_type"], graph.nodes[op].get("attrs"))[split.dimension]
+
+
+def inputs_known(graph: nx.DiGraph, op: str, rule: SplitRule) -> bool:
+    """Whether the graph tells which input of ``op`` each of ``rule``'s input layouts applies to: it
+    records the op's input order (schema version 3), or the rule reads every input alike."""
+    return graph.nodes[op].get("inputs") is not None or len(rule.reads) == 1
 
 
 def dimension_size(graph: nx.DiGraph, op: str, dimension: str) -> int | None:
