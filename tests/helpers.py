@@ -113,3 +113,40 @@ SMALL_MODELS: dict[str, dict[str, Any]] = {
     },
     "tensor_holography": {"image_size": 16, "conv_layers": 6, "filters": 4},
 }
+
+
+def small_cnn_graph(batch: int = 8) -> CostGraph:
+    """A convolution's training step at ``batch`` with the split fields of schema 3: images and a
+    variable feed a Conv2D, its Relu, a loss summed over the batch, the ReluGrad, the filter's
+    gradient (Conv2DBackpropFilter) and the variable's update. Activations are ``batch * 1000``
+    bytes, the filter 400 bytes; times in seconds, 1 per example for the convolution's ops."""
+    nhwc = {"data_format": "NHWC"}
+    act, act_shape = batch * 1000, ((-1, 10, 10, 10),)
+    graph = CostGraph(batch_size=batch, transfer_model=UNIT_LINK.to_dict())
+    ops: list[tuple[str, str, float, int, dict[str, Any] | None, list[tuple[str, int]]]] = [
+        ("x", "Placeholder", 0.0, act, None, []),
+        ("w", "VarHandleOp", 0.0, 400, None, []),
+        ("conv", "Conv2D", 1.0 * batch, act, nhwc, [("x", 0), ("w", 0)]),
+        ("relu", "Relu", 0.1 * batch, act, None, [("conv", 0)]),
+        ("loss", "Sum", 0.05 * batch, 4, {"reduces_axis0": True}, [("relu", 0), ("axes", 0)]),
+        ("axes", "Const", 0.0, 16, None, []),
+        ("relu_grad", "ReluGrad", 0.1 * batch, act, None, [("loss", 0), ("relu", 0)]),
+        ("dw", "Conv2DBackpropFilter", 1.0 * batch, 400, nhwc, [("x", 0), ("w", 0), ("relu_grad", 0)]),
+        ("update", "AssignSubVariableOp", 0.001, 0, None, [("w", 0), ("dw", 0)]),
+    ]
+    for name, op_type, seconds, size, attrs, _ in ops:
+        shapes = act_shape if size == act else ((),)
+        graph.add_op(
+            name,
+            op_type=op_type,
+            compute_time=seconds,
+            output_sizes=(size,),
+            output_shapes=shapes,
+            attrs=attrs,
+            persistent_bytes=400 if op_type == "VarHandleOp" else 0,
+        )
+    for name, *_, inputs in ops:
+        graph.nodes[name]["inputs"] = tuple(inputs)
+        for producer, slot in inputs:
+            graph.add_dependency(producer, name, slots=(slot,))
+    return graph

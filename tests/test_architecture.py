@@ -17,12 +17,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "tfplace"
 MAY_IMPORT = {
     "tfplace.core": {"tfplace.core"},
     "tfplace.simulator": {"tfplace.core", "tfplace.simulator"},
-    "tfplace.placer": {"tfplace.core", "tfplace.simulator", "tfplace.placer"},
+    "tfplace.split": {"tfplace.core", "tfplace.simulator", "tfplace.split"},
+    "tfplace.placer": {"tfplace.core", "tfplace.simulator", "tfplace.split", "tfplace.placer"},
     "tfplace.tf_graph": {"tfplace.core", "tfplace.tf_graph"},
     "tfplace.estimator": {"tfplace.core", "tfplace.tf_graph", "tfplace.estimator"},
     "tfplace": {
         "tfplace.core",
         "tfplace.simulator",
+        "tfplace.split",
         "tfplace.placer",
         "tfplace.tf_graph",
         "tfplace.estimator",
@@ -32,7 +34,7 @@ MAY_IMPORT = {
 """Layer -> the layers its modules may import (docs/architecture.md). A module belongs to the
 longest layer its name starts with: ``tfplace`` itself is the top (API, CLI, runner, plots)."""
 
-TENSORFLOW_FREE = {"tfplace.core", "tfplace.simulator", "tfplace.placer"}
+TENSORFLOW_FREE = {"tfplace.core", "tfplace.simulator", "tfplace.split", "tfplace.placer"}
 """Layers that must not import TensorFlow, not even inside a function."""
 
 PROGRAMS = {"experiments", "models", "benchmarks", "run_experiments"}

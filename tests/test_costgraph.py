@@ -241,3 +241,39 @@ def test_an_interrupted_save_leaves_neither_a_partial_file_nor_a_temporary(tmp_p
     with pytest.raises(KeyboardInterrupt):
         save_json(graph, path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_json_round_trip_keeps_the_split_fields_of_version_3(tmp_path):
+    graph = CostGraph(batch_size=8)
+    graph.add_op("x", output_sizes=(256,), output_shapes=[(-1, 8)])
+    graph.add_op(
+        "mm",
+        op_type="MatMul",
+        output_sizes=(128,),
+        output_shapes=[(-1, 4)],
+        attrs={"transpose_a": False, "transpose_b": False},
+        inputs=[("x", 0)],
+        batch_costs={"time": ["line", 1e-6, 2e-6], "outputs": [[16.0, 0.0]], "temporary": [0.0, 0.0]},
+    )
+    graph.add_dependency("x", "mm", slots=(0,))
+    save_json(graph, tmp_path / "g.json")
+    document = json.loads((tmp_path / "g.json").read_text())
+    assert document["version"] == 3 and "attrs" not in document["ops"][0]
+    assert dict(load_json(tmp_path / "g.json").nodes(data=True)) == dict(graph.nodes(data=True))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_files_of_older_versions_load_without_split_fields(tmp_path, version):
+    path = tmp_path / "old.json"
+    save_json(aliasing_graph(), path)
+    document = json.loads(path.read_text())
+    document["version"] = version
+    path.write_text(json.dumps(document))
+    assert load_json(path).nodes["b"]["attrs"] is None
+
+
+def test_output_shapes_must_give_every_output_a_shape():
+    graph = CostGraph()
+    graph.add_op("x", output_sizes=(256, 4), output_shapes=[(-1, 8)])
+    with pytest.raises(CostGraphError, match="output_shapes must give each of its 2 outputs"):
+        graph.validate()

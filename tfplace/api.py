@@ -166,6 +166,10 @@ def estimate_costs(
     regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
     costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
     filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
+    if regression is not None:
+        for op, coefficients in regression.batch_costs().items():
+            if op in filled:
+                filled.nodes[op]["batch_costs"] = coefficients
     for op, flops in _flops_at(tf_graph, feed_fn, batch_size, filled).items():
         filled.nodes[op]["flops"] = float(flops)
     filled.graph.update(

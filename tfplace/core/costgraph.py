@@ -33,6 +33,18 @@ Node attributes (one node per operation, keyed by the op's name)
     ``flops`` (float)
         Floating-point operations of one execution, ``0`` when unknown (used by device models that
         turn measured times into another device's).
+    ``attrs`` (dict or None, optional, schema version 3)
+        The op's attributes that decide how it splits (``data_format``, ``transpose_a``,
+        ``reduces_axis0``, ...: :mod:`tfplace.split.rules`); ``None`` when not recorded.
+    ``output_shapes`` (tuple of tuple of int, or None, optional, version 3)
+        Each output slot's shape, ``-1`` for a dimension unknown statically (the batch);
+        ``None`` when not recorded.
+    ``inputs`` (tuple of (str, int), or None, optional, version 3)
+        ``(producer, producer_slot)`` of each data input in the op's input order (what input ``i``
+        of a partition rule is); ``None`` when not recorded.
+    ``batch_costs`` (dict or None, optional, version 3)
+        The op's costs as functions of the batch size (the regression's coefficients,
+        :func:`tfplace.estimator.regression.OpCostRegression.batch_costs`); ``None`` when not fitted.
 
 Edge attributes (one edge per producer-consumer pair; several tensors between a pair are merged)
     ``bytes`` (int)
@@ -78,6 +90,7 @@ from tfplace.core.transfer import TransferModel
 __all__ = [
     "JSON_FORMAT",
     "JSON_VERSION",
+    "READABLE_VERSIONS",
     "AliasedOutput",
     "CostGraph",
     "CostGraphError",
@@ -97,7 +110,9 @@ __all__ = [
 ]
 
 JSON_FORMAT = "tfplace.costgraph"
-JSON_VERSION = 1
+JSON_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+"""Versions :func:`load_json` reads: 2 adds a gradient-forward relation, 3 the split fields."""
 
 _NODE_DEFAULTS: dict[str, Any] = {
     "compute_time": 0.0,
@@ -109,9 +124,17 @@ _NODE_DEFAULTS: dict[str, Any] = {
     "device_kinds": None,
     "flops": 0.0,
 }
-_OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {"aliased_outputs": ()}
+_OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {
+    "aliased_outputs": (),
+    "attrs": None,
+    "output_shapes": None,
+    "inputs": None,
+    "batch_costs": None,
+}
 """Node attributes added after version 1 first shipped: a node (or a JSON op) may lack them."""
 _NODE_KEYS = {**_NODE_DEFAULTS, **_OPTIONAL_NODE_DEFAULTS}
+_SPLIT_NODE_KEYS = ("attrs", "output_shapes", "inputs", "batch_costs")
+"""Version 3's fields, written only for ops that have them."""
 
 AliasedOutput = tuple[int, str, int]
 """``(slot, producer, producer_slot)``: output ``slot`` of an op is its input ``producer:producer_slot``'s
@@ -151,6 +174,10 @@ class CostGraph(nx.DiGraph):
         device_kinds: Iterable[str] | None = None,
         flops: float = 0.0,
         aliased_outputs: Iterable[AliasedOutput] = (),
+        attrs: Mapping[str, Any] | None = None,
+        output_shapes: Iterable[Iterable[int]] | None = None,
+        inputs: Iterable[tuple[str, int]] | None = None,
+        batch_costs: Mapping[str, Any] | None = None,
     ) -> None:
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
@@ -164,6 +191,10 @@ class CostGraph(nx.DiGraph):
             device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
             flops=float(flops),
             aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
+            attrs=None if attrs is None else dict(attrs),
+            output_shapes=None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
+            inputs=None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
+            batch_costs=None if batch_costs is None else dict(batch_costs),
         )
 
     def add_dependency(
@@ -279,12 +310,38 @@ def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
         raise CostGraphError(
             f"op {name!r}: aliased_outputs must be (slot, producer, producer slot) triples, got {aliases!r}"
         )
+    for key in ("attrs", "batch_costs"):
+        if attrs.get(key) is not None and not isinstance(attrs[key], dict):
+            raise CostGraphError(f"op {name!r}: {key} must be None or an object, got {attrs[key]!r}")
+    shapes = attrs.get("output_shapes")
+    if shapes is not None and (
+        not isinstance(shapes, tuple)
+        or len(shapes) != len(sizes)
+        or not all(isinstance(shape, tuple) and all(_is_dimension(d) for d in shape) for shape in shapes)
+    ):
+        raise CostGraphError(
+            f"op {name!r}: output_shapes must give each of its {len(sizes)} outputs a shape of "
+            f"integers >= -1, got {shapes!r}"
+        )
+    inputs = attrs.get("inputs")
+    if inputs is not None and not (
+        isinstance(inputs, tuple)
+        and all(
+            isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) and _is_count(i[1]) for i in inputs
+        )
+    ):
+        raise CostGraphError(f"op {name!r}: inputs must be (producer, slot) pairs, got {inputs!r}")
     slots = [slot for slot, _, _ in aliases]
     if len(set(slots)) < len(slots) or any(slot >= len(sizes) for slot in slots):
         raise CostGraphError(
             f"op {name!r}: aliased_outputs name slots {slots}; each must be one of its "
             f"{len(sizes)} output slots, once"
         )
+
+
+def _is_dimension(value: Any) -> bool:
+    """A tensor dimension: an integer >= 0, or -1 for one unknown statically."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= -1
 
 
 def _is_alias(value: Any) -> bool:
@@ -404,7 +461,14 @@ def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
         "version": JSON_VERSION,
         "graph": graph.graph,
         "ops": [
-            {"name": name, **{key: _jsonable(attrs.get(key, _NODE_KEYS[key])) for key in _NODE_KEYS}}
+            {
+                "name": name,
+                **{
+                    key: _jsonable(attrs.get(key, _NODE_KEYS[key]))
+                    for key in _NODE_KEYS
+                    if key not in _SPLIT_NODE_KEYS or attrs.get(key) is not None
+                },
+            }
             for name, attrs in graph.nodes(data=True)
         ],
         "edges": [
@@ -443,9 +507,10 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
         raise CostGraphError(f"{path}: not valid JSON (truncated or corrupted?): {error}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise CostGraphError(f"{path}: not a cost graph (expected format {JSON_FORMAT!r})")
-    if document.get("version") != JSON_VERSION or isinstance(document.get("version"), bool):
+    if document.get("version") not in READABLE_VERSIONS or isinstance(document.get("version"), bool):
         raise CostGraphError(
-            f"{path}: cost graph version {document.get('version')!r}, this tfplace reads {JSON_VERSION}"
+            f"{path}: cost graph version {document.get('version')!r}, this tfplace reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     metadata = document.get("graph", {})
     if not isinstance(metadata, dict):
@@ -468,6 +533,12 @@ def load_json(path: str | os.PathLike[str]) -> CostGraph:
             if op.get(key) is not None:
                 fields[key] = _json_tuple(op[key], f"{path}: op {name!r}: {key}")
         fields["output_sizes"] = fields["output_sizes"] or ()
+        for key in ("output_shapes", "inputs"):
+            if op.get(key) is not None:
+                fields[key] = tuple(
+                    _json_tuple(item, f"{path}: op {name!r}: {key}[{i}]")
+                    for i, item in enumerate(_json_tuple(op[key], f"{path}: op {name!r}: {key}"))
+                )
         fields["aliased_outputs"] = tuple(
             _json_tuple(alias, f"{path}: op {name!r}: aliased_outputs[{i}]")
             for i, alias in enumerate(fields["aliased_outputs"] or ())

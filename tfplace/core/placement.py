@@ -64,6 +64,9 @@ class Placement:
     cost_graph : CostGraph or None
         The costs the placement was made with (not saved by :meth:`save`; save it with
         :func:`tfplace.core.costgraph.save_json`).
+    pieces : dict
+        Devices of the pieces of each op a split plan runs in pieces (:class:`tfplace.split.plan.SplitPlan`),
+        by op name; ``assignment`` holds the first piece's device. Empty for a placement of whole ops.
     details : dict
         Placer-specific facts (:attr:`tfplace.placer.PlacerOutput.details`: Celeritas' cluster
         count and CCR after fusion, ...); not saved by :meth:`save`.
@@ -79,6 +82,7 @@ class Placement:
     placement_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     cost_graph: CostGraph | None = field(default=None, repr=False, compare=False)
+    pieces: dict[str, tuple[str, ...]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def device_fn(self, default: str = "") -> Callable[[Any], str]:
@@ -134,15 +138,22 @@ class Placement:
         when an estimate exceeds its capacity and the placer judged memory by simulating instead.
         """
         counts = Counter(self.assignment.values())
+        piece_counts = Counter(device for devices in self.pieces.values() for device in devices)
+        counts.update(piece_counts)
+        counts.subtract(self.assignment[op] for op in self.pieces)
         names = [d.name for d in self.devices.all_devices if d.name in counts or d in self.devices.devices]
         capacity = {d.name: d.memory for d in self.devices.devices}
-        rows = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
+        rows: list[tuple[str, ...]] = [("device", "ops", "capacity", "estimate", "sim. peak", "busy")]
+        if self.pieces:
+            rows[0] = ("device", "ops", "of which pieces", *rows[0][2:])
         for name in names:
             cap = capacity.get(name)
+            pieces = (f"{piece_counts.get(name, 0):,}",) if self.pieces else ()
             rows.append(
                 (
                     name,
                     f"{counts.get(name, 0):,}",
+                    *pieces,
                     format_bytes(cap) if cap else "-",
                     _share(self.memory.get(name, 0), cap),
                     _share(self.peak_memory[name], cap) if name in self.peak_memory else "-",
@@ -153,9 +164,10 @@ class Placement:
         step = (
             f"{format_seconds(self.step_time)} (simulated)" if self.step_time is not None else "not estimated"
         )
+        split = f", {len(self.pieces):,} of them split into pieces" if self.pieces else ""
         lines.append(
             f"estimated step time: {step}; placer {self.placer or '?'} placed "
-            f"{len(self.assignment):,} ops in {format_seconds(self.placement_seconds)}"
+            f"{len(self.assignment):,} ops{split} in {format_seconds(self.placement_seconds)}"
         )
         lines.extend(f"warning: {w}" for w in self.warnings)
         over_estimate = any(self.memory.get(d.name, 0) > d.memory for d in self.devices.devices)
@@ -186,6 +198,7 @@ class Placement:
             "utilization": self.utilization,
             "placement_seconds": self.placement_seconds,
             "warnings": self.warnings,
+            **({"pieces": {op: list(devices) for op, devices in self.pieces.items()}} if self.pieces else {}),
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -215,6 +228,7 @@ class Placement:
             utilization=dict(document.get("utilization", {})),
             placement_seconds=float(document.get("placement_seconds", 0.0)),
             warnings=list(document.get("warnings", [])),
+            pieces={op: tuple(devices) for op, devices in document.get("pieces", {}).items()},
         )
 
     @classmethod

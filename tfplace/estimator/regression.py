@@ -155,6 +155,22 @@ class OpCostRegression:
             sizes[: len(cost.output_sizes), column] = cost.output_sizes
         return np.column_stack(_memory_lines(x, sizes)) if width else np.zeros((0, 2))
 
+    def batch_costs(self) -> dict[str, dict[str, object]]:
+        """Each op's fitted coefficients as the cost graph's ``batch_costs`` field (schema version 3):
+        ``{"time": [model, a, b], "outputs": [[slope, intercept], ...], "temporary": [slope,
+        intercept]}`` with ``model`` ``"line"`` (``a * batch + b``) or ``"power"`` (``a * batch ** b``);
+        :func:`tfplace.split.costs.time_at_batch` evaluates them without this estimator."""
+        if not hasattr(self, "ops_"):
+            raise RuntimeError("OpCostRegression.batch_costs called before fit")
+        return {
+            op: {
+                "time": [kind, *map(float, (self.time_line_ if kind == "line" else self.time_power_)[i])],
+                "outputs": self.output_coef_[op].tolist(),
+                "temporary": self.temporary_coef_[i].tolist(),
+            }
+            for i, (op, kind) in enumerate(zip(self.ops_, self.time_fit_))
+        }
+
     def predict(self, batch_size: int) -> dict[str, OpCost]:
         """The predicted costs of every fitted op at ``batch_size``."""
         if not hasattr(self, "ops_"):
@@ -224,6 +240,9 @@ def fill_cost_graph(
             temporary_bytes=int(cost.temporary_bytes),
             aliased_outputs=_carried_aliases(filled, op, cost.aliased_outputs),
         )
+        shapes = attrs.get("output_shapes")
+        if shapes is not None and len(shapes) != len(attrs["output_sizes"]):
+            attrs["output_shapes"] = None
     for src, dst, attrs in filled.edges(data=True):
         sizes = filled.nodes[src]["output_sizes"]
         beyond = [slot for slot in attrs["slots"] if slot >= len(sizes)]

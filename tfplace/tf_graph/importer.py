@@ -26,6 +26,7 @@ import networkx as nx
 
 from tfplace.core.costgraph import CostGraph, find_cycle_ops
 from tfplace.tf_graph.constraints import colocation_groups, group_device_kinds, op_device_kinds
+from tfplace.tf_graph.split_attrs import op_inputs, op_output_shapes, op_split_attrs
 
 __all__ = [
     "GraphImportError",
@@ -272,6 +273,9 @@ def import_graph(source: Any, fetches: Any = None) -> ImportedGraph:
             output_sizes=_output_sizes(op),
             colocation_group=groups.get(op.name),
             device_kinds=kinds[op.name],
+            attrs=op_split_attrs(op),
+            output_shapes=op_output_shapes(op),
+            inputs=op_inputs(op),
         )
     back_edges = []
     for op in ops:

@@ -1,0 +1,112 @@
+"""Running split plans (issue 15, step 3): piece costs, joins, all-reduces, simulated by the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import small_cnn_graph
+from tfplace.core.devices import DeviceSet
+from tfplace.simulator import simulate, to_chrome_trace
+from tfplace.split.costs import PIECE_OVERHEAD, piece_time
+from tfplace.split.expand import expand_plan, simulate_plan
+from tfplace.split.plan import OpSplit, SplitPlan
+from tfplace.core.transfer import TransferModel
+
+LINK = TransferModel(k=1e-4, b=0.0, name="test")
+GPUS = DeviceSet.parse("/device:GPU:0-1", "1GB", intra_host=LINK)
+NAMES = tuple(GPUS.names)
+VARIABLES = ("x", "w", "axes", "update")
+
+
+def data_parallel(graph):
+    splits = {op: OpSplit(NAMES, "batch") for op in ("conv", "relu", "relu_grad", "dw")}
+    splits.update({op: OpSplit(NAMES, "replica") for op in VARIABLES})
+    splits["loss"] = OpSplit(NAMES, "reduction")
+    return SplitPlan(splits, GPUS)
+
+
+def test_a_plan_without_splits_simulates_like_the_placement():
+    graph = small_cnn_graph()
+    assignment = {op: NAMES[i % 2] for i, op in enumerate(graph)}
+    plan = SplitPlan({op: OpSplit.whole(d) for op, d in assignment.items()}, GPUS)
+    result, expanded = simulate_plan(graph, plan)
+    assert sorted(expanded.graph) == sorted(graph)
+    assert result.makespan == pytest.approx(simulate(graph, assignment, GPUS).makespan)
+
+
+def test_data_parallelism_halves_compute_and_all_reduces_the_weight_gradient():
+    graph = small_cnn_graph(batch=8)
+    result, expanded = simulate_plan(graph, data_parallel(graph))
+    one = simulate(graph, {op: NAMES[0] for op in graph}, GPUS).makespan
+    assert result.makespan < 0.55 * one
+    # A ring all-reduce moves 2 (k - 1) / k of the 400-byte gradient per device; the loss (4 bytes,
+    # partial) is summed on both devices.
+    assert result.bytes_moved == 2 * 200 * 2 + 2 * 4
+    assert expanded.graph.nodes["conv#p0"]["compute_time"] == pytest.approx(4.0)
+
+
+def test_consecutive_ops_split_alike_pass_pieces_straight_on():
+    graph = small_cnn_graph()
+    expanded = expand_plan(graph, data_parallel(graph))
+    assert set(expanded.graph.predecessors("relu#p1")) == {"conv#p1"}
+    assert expanded.devices["relu#p1"] == expanded.devices["conv#p1"] == NAMES[1]
+
+
+def test_a_whole_tensor_read_by_slices_is_cut_on_the_senders_device():
+    graph = small_cnn_graph()
+    plan = SplitPlan({op: OpSplit.whole(NAMES[0]) for op in graph}, GPUS)
+    plan.splits["conv"] = OpSplit(NAMES, "height")
+    expanded = expand_plan(graph, plan)
+    (cut,) = [
+        n for n in expanded.graph.predecessors("conv#p1") if expanded.graph.nodes[n]["op_type"] == "Slice"
+    ]
+    assert expanded.devices[cut] == NAMES[0]
+    # half of the 8000-byte images plus one row (of 10) from each neighbouring half
+    assert expanded.graph.nodes[cut]["output_sizes"] == (4000 + 2 * 800,)
+
+
+def test_a_tensor_sliced_along_another_axis_moves_the_overlaps_of_the_slices():
+    graph = small_cnn_graph()
+    plan = SplitPlan({op: OpSplit.whole(NAMES[0]) for op in graph}, GPUS)
+    plan.splits["relu_grad"] = OpSplit(NAMES, "batch")
+    plan.splits["dw"] = OpSplit(NAMES, "height")
+    expanded = expand_plan(graph, plan)
+    # relu_grad is sliced along the batch, dw reads it along the height: every piece reads a quarter
+    # of the other piece's slice.
+    sizes = sorted(
+        expanded.graph.nodes[n]["output_sizes"][0]
+        for n in expanded.graph.predecessors("dw#p1")
+        if expanded.graph.nodes[n]["op_type"] == "Slice"
+    )
+    # a quarter of the other piece's ReluGrad; half the whole images plus a halo row on each side
+    assert sizes == [2000, 4000 + 2 * 800]
+
+
+def test_partial_results_read_whole_are_summed_on_the_readers_device():
+    graph = small_cnn_graph()
+    plan = SplitPlan({op: OpSplit.whole(NAMES[1]) for op in graph}, GPUS)
+    plan.splits["dw"] = OpSplit(NAMES, "batch")
+    expanded = expand_plan(graph, plan)
+    (total,) = [n for n in expanded.graph.predecessors("update") if n != "w"]
+    assert expanded.graph.nodes[total]["op_type"] == "AddN" and expanded.devices[total] == NAMES[1]
+    assert set(expanded.graph.predecessors(total)) == {"dw#p0", "dw#p1"}
+
+
+def test_a_batch_piece_costs_what_the_regression_predicts_at_its_batch():
+    attrs = {"compute_time": 2.0, "batch_costs": {"time": ["line", 1.0, 4.0]}}
+    # the fitted line gives 4 + 64 = 68 at batch 64 and 4 + 16 = 20 at 16: the piece is 20/68 of 2 s
+    assert piece_time(attrs, "batch", 0.25, 64) == pytest.approx(2.0 * 20 / 68)
+
+
+def test_other_splits_divide_all_but_the_ops_fixed_overhead():
+    attrs = {"compute_time": 1.0, "batch_costs": None}
+    assert piece_time(attrs, "channel", 0.5, 64) == pytest.approx(PIECE_OVERHEAD + 0.5 * (1 - PIECE_OVERHEAD))
+    assert piece_time({"compute_time": 1e-6}, "batch", 0.5, 64) == pytest.approx(1e-6)
+
+
+def test_the_chrome_trace_shows_the_pieces(tmp_path):
+    graph = small_cnn_graph()
+    result, _ = simulate_plan(graph, data_parallel(graph), record=True)
+    to_chrome_trace(result, GPUS, tmp_path / "trace.json")
+    text = (tmp_path / "trace.json").read_text()
+    assert "conv#p0" in text and "conv#p1" in text and "allreduce" in text

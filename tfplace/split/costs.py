@@ -1,0 +1,49 @@
+"""What one piece of a split op costs: time, output bytes and scratch memory.
+
+The time model, per dimension:
+
+* **batch**, on a cost graph with the regression's coefficients (``batch_costs``, schema 3): the op's
+  ``compute_time`` scaled by ``f(share * B) / f(B)``, where ``f`` is the op's fitted time model
+  (Celeritas section 4.2.1: a line or a power law of the batch size) and ``B`` the graph's batch
+  size. The ratio carries the fixed cost the regression found (a kernel's launch, an overhead that
+  does not shrink with the batch) over to the piece, on whatever device ``compute_time`` is for.
+* **every other case** (another dimension, or no coefficients): the op's fixed overhead
+  (:data:`PIECE_OVERHEAD`, a GPU kernel's launch, or the whole time when it is smaller) plus the
+  piece's share of the rest: ``t0 + share * (t - t0)``. Dense kernels' work is proportional to the
+  FLOPs of the output slice they compute (OptCNN section 5.1 assumes the same equal partitioning).
+
+Memory: a sharded output slot holds ``share`` of the whole slot's bytes, a partial or replicated
+slot all of them; temporary bytes scale by ``share``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["PIECE_OVERHEAD", "piece_time", "time_at_batch"]
+
+PIECE_OVERHEAD = 8e-6
+"""Seconds of an op's time that a split does not divide: a kernel's launch on a V100
+(:attr:`tfplace.device_model.DeviceModel.launch_overhead`)."""
+
+
+def time_at_batch(batch_costs: Mapping[str, Any], batch: float) -> float:
+    """The fitted time model of ``batch_costs["time"]`` (``["line", slope, intercept]`` or
+    ``["power", scale, exponent]``) at ``batch``, in the profiling device's seconds."""
+    model, a, b = batch_costs["time"]
+    return float(a * batch + b) if model == "line" else float(a * batch**b)
+
+
+def piece_time(attrs: Mapping[str, Any], dimension: str, share: float, batch_size: int | None) -> float:
+    """Seconds a piece doing ``share`` of op ``attrs`` along ``dimension`` takes (module docstring)."""
+    seconds = float(attrs["compute_time"])
+    if share >= 1.0:
+        return seconds
+    coefficients = attrs.get("batch_costs")
+    if dimension == "batch" and coefficients and batch_size:
+        whole = time_at_batch(coefficients, batch_size)
+        if whole > 0:
+            return seconds * min(1.0, time_at_batch(coefficients, share * batch_size) / whole)
+    fixed = min(seconds, PIECE_OVERHEAD)
+    return fixed + share * (seconds - fixed)

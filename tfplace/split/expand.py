@@ -1,0 +1,339 @@
+"""Run a split plan: expand it into a cost graph of pieces, then simulate that with the simulator.
+
+:func:`expand_plan` turns every op of a :class:`~tfplace.split.plan.SplitPlan` into nodes of a new
+:class:`~tfplace.core.costgraph.CostGraph`, each with one device:
+
+* an op of degree 1 stays itself; an op run as replicas becomes one copy per device
+  (``op#r0``, ``op#r1``, ...); an op split along a dimension becomes one piece per device
+  (``op#p0``, ...) costing what :func:`tfplace.split.costs.piece_time` says, its output slots
+  :func:`~tfplace.split.rules.sharded` (the piece's share of the bytes) or partial (all of them);
+* each tensor a piece reads arrives in the layout its rule asks for (Tofu section 4, partition-n-reduce):
+  - a piece that reads the slice a producer's piece wrote on the same device takes it
+    straight on: consecutive ops split alike pass pieces on with no join in between;
+  - a slice of a whole (or replicated) tensor, an overlap of two different slicings, or a halo (one
+    row of each neighbouring slice, :data:`HALO_ROWS`: 3x3 windows) is cut by a ``Slice`` node on
+    the sender's device and sent as its own tensor;
+  - a whole tensor made of slices is gathered: every slice is sent to the reader;
+  - partial results are summed: by an ``AddN`` on the reader's device, or, when the readers are
+    replicas on exactly the partial pieces' devices (weight gradients under data parallelism), by an
+    all-reduce of ``AllReduce`` nodes: a reduce-scatter (each device sums one ``1/k`` slice of
+    everyone's pieces) and an all-gather, so each device sends ``2 (k - 1) / k`` of the tensor, as a
+    ring all-reduce does, over the simulator's links;
+* control dependencies join every node of the producer to every node of the consumer.
+
+:func:`simulate_plan` runs the expanded graph through :func:`tfplace.simulator.simulate`, so the
+step time, per-device peak memory, bytes moved, Chrome trace and timeline all show the pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from tfplace.core.costgraph import CostGraph
+from tfplace.simulator import SimulationResult, simulate
+from tfplace.split.costs import PIECE_OVERHEAD, piece_time
+from tfplace.split.plan import OpSplit, SplitPlan, rule_of
+from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, Layout
+
+__all__ = ["COPY_SECONDS_PER_BYTE", "HALO_ROWS", "ExpandedPlan", "expand_plan", "simulate_plan"]
+
+COPY_SECONDS_PER_BYTE = 2 / 900e9
+"""Seconds a ``Slice`` or a sum takes per byte it writes: a read and a write at a V100's 900 GB/s."""
+
+HALO_ROWS = 1
+"""Rows a spatial piece reads from each neighbouring slice: the overlap of a 3x3 window at stride 1."""
+
+
+@dataclass(frozen=True)
+class ExpandedPlan:
+    """The cost graph of pieces, each node's device, and the nodes each op of the plan became."""
+
+    graph: CostGraph
+    devices: dict[str, str]
+    nodes_of: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class _Piece:
+    node: str
+    device: str
+    lo: float
+    hi: float
+
+
+def expand_plan(graph: nx.DiGraph, plan: SplitPlan) -> ExpandedPlan:
+    """The cost graph of ``plan``'s pieces on ``graph`` (module docstring); validates the plan first."""
+    plan.validate(graph)
+    return _Expander(graph, plan).run()
+
+
+def simulate_plan(
+    graph: nx.DiGraph, plan: SplitPlan, **options: Any
+) -> tuple[SimulationResult, ExpandedPlan]:
+    """Simulate one step of ``plan`` (``options`` go to :func:`tfplace.simulator.simulate`) and record
+    its step time, peak memory per device and bytes moved on the plan."""
+    expanded = expand_plan(graph, plan)
+    result = simulate(expanded.graph, expanded.devices, plan.devices, **options)
+    names = [d.name for d in plan.devices.all_devices]
+    plan.step_time = float(result.makespan)
+    plan.peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
+    plan.bytes_moved = int(result.bytes_moved)
+    return result, expanded
+
+
+class _Expander:
+    def __init__(self, graph: nx.DiGraph, plan: SplitPlan) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.out = CostGraph(**graph.graph)
+        self.devices: dict[str, str] = {}
+        self.pieces: dict[str, list[_Piece]] = {}
+        self.made: dict[tuple[Any, ...], str] = {}
+
+    def run(self) -> ExpandedPlan:
+        for op in self.graph:
+            self._add_op(op, self.plan.splits[op])
+        for u, v, edge in self.graph.edges(data=True):
+            self._connect(u, v, edge)
+        for op in self.graph:
+            self._keep_aliases(op)
+        nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
+        return ExpandedPlan(self.out, self.devices, nodes_of)
+
+    # -- nodes -------------------------------------------------------------------------------
+    def _add_node(self, name: str, device: str, **attrs: Any) -> None:
+        self.out.add_op(name, **attrs)
+        self.devices[name] = device
+
+    def _add_op(self, op: str, split: OpSplit) -> None:
+        attrs = self.graph.nodes[op]
+        base = {
+            key: attrs[key]
+            for key in (
+                "compute_time",
+                "persistent_bytes",
+                "output_sizes",
+                "temporary_bytes",
+                "op_type",
+                "flops",
+            )
+        }
+        base["device_kinds"] = attrs["device_kinds"]
+        rule = rule_of(self.graph, op, split)
+        if split.degree == 1 or rule is None:
+            suffix = "#r" if split.degree > 1 else None
+            pieces = []
+            for i, device in enumerate(split.devices):
+                name = op if suffix is None else f"{op}{suffix}{i}"
+                self._add_node(name, device, **base, attrs=attrs.get("attrs"))
+                pieces.append(_Piece(name, device, 0.0, 1.0))
+            self.pieces[op] = pieces
+            return
+        pieces, lo = [], 0.0
+        for i, (device, share) in enumerate(zip(split.devices, split.shares)):
+            sizes = tuple(
+                size if rule.write(slot) in (PARTIAL, REPLICATED) else round(size * share)
+                for slot, size in enumerate(attrs["output_sizes"])
+            )
+            name = f"{op}#p{i}"
+            self._add_node(
+                name,
+                device,
+                **{
+                    **base,
+                    "compute_time": piece_time(
+                        attrs, str(split.dimension), share, self.graph.graph.get("batch_size")
+                    ),
+                    "persistent_bytes": round(attrs["persistent_bytes"] * share),
+                    "temporary_bytes": round(attrs["temporary_bytes"] * share),
+                    "flops": attrs["flops"] * share,
+                    "output_sizes": sizes,
+                },
+                attrs=attrs.get("attrs"),
+            )
+            pieces.append(_Piece(name, device, lo, lo + share))
+            lo += share
+        self.pieces[op] = pieces
+
+    def _helper(
+        self, key: tuple[Any, ...], name: str, device: str, op_type: str, nbytes: int
+    ) -> tuple[str, bool]:
+        """A Slice/AddN/AllReduce node made once per ``key``; ``True`` when it is new."""
+        if key in self.made:
+            return self.made[key], False
+        self._add_node(
+            name,
+            device,
+            op_type=op_type,
+            compute_time=PIECE_OVERHEAD + COPY_SECONDS_PER_BYTE * nbytes,
+            output_sizes=(nbytes,),
+        )
+        self.made[key] = name
+        return name, True
+
+    # -- edges -------------------------------------------------------------------------------
+    def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
+        if edge["control"] or not edge["slots"]:
+            for src in self.pieces[u]:
+                for dst in self.pieces[v]:
+                    if edge["control"] or not edge["bytes"]:
+                        self.out.add_dependency(src.node, dst.node, control=True)
+                    else:
+                        self.out.add_dependency(src.node, dst.node, nbytes=edge["bytes"])
+            return
+        split = self.plan.splits[v]
+        rule = rule_of(self.graph, v, split)
+        inputs = self.graph.nodes[v].get("inputs") or ()
+        for slot in edge["slots"]:
+            positions = [i for i, source in enumerate(inputs) if source == (u, slot)]
+            if rule is None:
+                layouts = {REPLICATED}
+            elif positions:
+                layouts = {rule.read(i) for i in positions}
+            elif len(rule.reads) == 1:
+                layouts = {rule.reads[0]}  # every input alike: no need to know which one this is
+            else:
+                raise ValueError(
+                    f"op {v!r} is split but the graph does not record which of its inputs {u!r} is"
+                )
+            for piece in self.pieces[v]:
+                for layout in layouts:
+                    self._deliver(u, slot, piece, layout, replicas=split.dimension == REPLICA)
+
+    def _deliver(self, u: str, slot: int, target: _Piece, layout: Layout, replicas: bool) -> None:
+        sources = self.pieces[u]
+        split = self.plan.splits[u]
+        rule = rule_of(self.graph, u, split)
+        written = rule.write(slot) if rule is not None else REPLICATED
+        if written == PARTIAL:
+            sources = [self._summed(u, slot, target, replicas)]
+            slot, written = 0, REPLICATED
+        if written == REPLICATED:
+            sources = [s for s in sources if s.device == target.device][:1] or sources[:1]
+        size = self._size(sources[0].node if written == REPLICATED else u, slot)
+        if layout == REPLICATED:
+            for source in sources:
+                self.out.add_dependency(source.node, target.node, slots=(slot,))
+            return
+        for source in sources:
+            if written == REPLICATED:
+                overlap = target.hi - target.lo
+            elif written.axis == layout.axis:
+                overlap = max(0.0, min(source.hi, target.hi) - max(source.lo, target.lo))
+            else:
+                overlap = (source.hi - source.lo) * (target.hi - target.lo)
+            whole_piece = written != REPLICATED and abs(overlap - (source.hi - source.lo)) < 1e-9
+            if overlap > 0 and (source.device == target.device or whole_piece):
+                self.out.add_dependency(source.node, target.node, slots=(slot,))
+            elif overlap > 0:
+                halo_rows = (
+                    2 * self._halo_bytes(u, slot, layout)
+                    if layout.kind == "halo" and written == REPLICATED
+                    else 0
+                )
+                nbytes = round(size * overlap) + halo_rows
+                self._send_slice(source, slot, target, nbytes, (layout.axis, target.lo, target.hi))
+            if layout.kind == "halo" and written.kind == "sharded" and written.axis == layout.axis:
+                adjacent = abs(source.hi - target.lo) < 1e-9 or abs(source.lo - target.hi) < 1e-9
+                if adjacent and source.device != target.device:
+                    self._send_slice(
+                        source, slot, target, self._halo_bytes(u, slot, layout), ("halo", target.lo)
+                    )
+
+    def _send_slice(
+        self, source: _Piece, slot: int, target: _Piece, nbytes: int, what: tuple[Any, ...]
+    ) -> None:
+        key = ("slice", source.node, slot, target.device, *what)
+        name, _ = self._helper(
+            key, f"{source.node}:{slot}/slice{len(self.made)}", source.device, "Slice", nbytes
+        )
+        self.out.add_dependency(source.node, name, slots=(slot,))
+        self.out.add_dependency(name, target.node, slots=(0,))
+
+    def _summed(self, u: str, slot: int, target: _Piece, replicas: bool) -> _Piece:
+        """The sum of ``u``'s partial slot ``slot`` on ``target``'s device: an all-reduce when the
+        readers are replicas on the partial pieces' devices, else an ``AddN`` there."""
+        pieces = self.pieces[u]
+        size = self._size(u, slot)
+        devices = [p.device for p in pieces]
+        reader_devices = {p.device for p in self.pieces.get(self._op_of(target.node), [])}
+        if (
+            replicas
+            and reader_devices == set(devices)
+            and target.device in devices
+            and len(set(devices)) == len(devices)
+        ):
+            return self._all_reduced(u, slot, size)[devices.index(target.device)]
+        name, new = self._helper(
+            ("sum", u, slot, target.device), f"{u}:{slot}/sum@{target.device}", target.device, "AddN", size
+        )
+        if new:
+            for piece in pieces:
+                self.out.add_dependency(piece.node, name, slots=(slot,))
+        return _Piece(name, target.device, 0.0, 1.0)
+
+    def _all_reduced(self, u: str, slot: int, size: int) -> list[_Piece]:
+        pieces = self.pieces[u]
+        k = len(pieces)
+        if ("allreduce", u, slot, 0) in self.made:
+            return [
+                _Piece(self.made[("allreduce", u, slot, i)], p.device, 0.0, 1.0) for i, p in enumerate(pieces)
+            ]
+        part = -(-size // k)
+        reduced = []
+        for i, owner in enumerate(pieces):
+            name, _ = self._helper(
+                ("reduce", u, slot, i), f"{u}:{slot}/allreduce/reduce{i}", owner.device, "AllReduce", part
+            )
+            for j, piece in enumerate(pieces):
+                if j == i:
+                    self.out.add_dependency(piece.node, name, slots=(slot,))
+                else:
+                    self._send_slice(piece, slot, _Piece(name, owner.device, 0.0, 1.0), part, ("reduce", i))
+            reduced.append(name)
+        result = []
+        for i, owner in enumerate(pieces):
+            name, _ = self._helper(
+                ("allreduce", u, slot, i), f"{u}:{slot}/allreduce/{i}", owner.device, "AllReduce", size
+            )
+            for part_node in reduced:
+                self.out.add_dependency(part_node, name, slots=(0,))
+            result.append(_Piece(name, owner.device, 0.0, 1.0))
+        return result
+
+    def _size(self, node: str, slot: int) -> int:
+        sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]
+        return int(sizes[slot]) if slot < len(sizes) else 0
+
+    def _halo_bytes(self, u: str, slot: int, layout: Layout) -> int:
+        """Bytes of :data:`HALO_ROWS` rows of ``u``'s output along the halo's axis (one per cent of the
+        tensor when its shape is not recorded)."""
+        shapes = self.graph.nodes[u].get("output_shapes")
+        size = self._size(u, slot)
+        if shapes and slot < len(shapes) and layout.axis is not None:
+            rows = shapes[slot][layout.axis] if -len(shapes[slot]) <= layout.axis < len(shapes[slot]) else -1
+            if rows > 0:
+                return round(size * HALO_ROWS / rows)
+        return round(size / 100)
+
+    def _op_of(self, node: str) -> str:
+        return node.rsplit("#", 1)[0] if node not in self.graph else node
+
+    def _keep_aliases(self, op: str) -> None:
+        """Keep an aliased output of a piece when the aliased input arrives as a local slot of the
+        producer's piece (a forwarded buffer); otherwise the piece allocates the output."""
+        aliases = self.graph.nodes[op].get("aliased_outputs", ())
+        if not aliases:
+            return
+        for piece in self.pieces[op]:
+            kept = []
+            for slot, producer, producer_slot in aliases:
+                local = [p.node for p in self.pieces.get(producer, []) if p.device == piece.device]
+                edge = self.out.get_edge_data(local[0], piece.node) if local else None
+                if edge is not None and producer_slot in edge["slots"]:
+                    kept.append((slot, local[0], producer_slot))
+            self.out.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))
