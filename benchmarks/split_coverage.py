@@ -16,9 +16,9 @@ import glob
 import sys
 
 from tfplace.core.costgraph import load_json
-from tfplace.split import split_coverage
 from tfplace.core.tables import format_table
 from tfplace.core.units import format_seconds
+from tfplace.split import split_coverage
 
 
 def main(paths: list[str]) -> None:

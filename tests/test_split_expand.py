@@ -6,11 +6,11 @@ import pytest
 
 from helpers import small_cnn_graph
 from tfplace.core.devices import DeviceSet
+from tfplace.core.transfer import TransferModel
 from tfplace.simulator import simulate, to_chrome_trace
 from tfplace.split.costs import PIECE_OVERHEAD, piece_time
 from tfplace.split.expand import expand_plan, simulate_plan
 from tfplace.split.plan import OpSplit, SplitPlan
-from tfplace.core.transfer import TransferModel
 
 LINK = TransferModel(k=1e-4, b=0.0, name="test")
 GPUS = DeviceSet.parse("/device:GPU:0-1", "1GB", intra_host=LINK)
