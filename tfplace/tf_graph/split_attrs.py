@@ -42,8 +42,7 @@ def _keeps_axis0(op: Any) -> bool | None:
             return None
         # Row-major order: contiguous slices of a batch-led tensor stay contiguous rows.
         return (
-            before[0] is None
-            and after[0] is None
+            before[0] == after[0]  # both unknown (the batch), or the same static size
             and before[1:].is_fully_defined()
             and after[1:].is_fully_defined()
         )
