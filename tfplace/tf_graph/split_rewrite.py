@@ -64,7 +64,14 @@ from tfplace.tf_graph.constraints import kernel_device_types
 from tfplace.tf_graph.importer import load_graph
 from tfplace.tf_graph.split_attrs import op_split_attrs
 
-__all__ = ["SplitRewrite", "apply_split_plan", "rewrite_graph_def", "uniform_plan"]
+__all__ = [
+    "SplitRewrite",
+    "apply_split_plan",
+    "rewrite_graph_def",
+    "split_graph",
+    "uniform_plan",
+    "with_batch_size",
+]
 
 _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 _WINDOWED = frozenset({"Conv2D", "MaxPool", "AvgPool"})
@@ -527,16 +534,45 @@ def _keeps_whole(op: Any, split: OpSplit) -> str | None:
     return None
 
 
-def rewrite_graph_def(plan: SplitPlan, source: Any) -> SplitRewrite:
+def with_batch_size(source: Any, batch_size: int) -> Any:
+    """A copy of ``source`` (``GraphDef`` or ``MetaGraphDef``) whose placeholders of unknown batch
+    (first dimension ``None``) take ``batch_size``: static shapes, which a split needs to cut its
+    pieces, follow when the copy is imported. The copy runs that batch size only."""
+    copy = type(source)()
+    copy.CopyFrom(source)
+    graph_def = getattr(copy, "graph_def", copy)
+    for node in graph_def.node:
+        if node.op == "Placeholder" and "shape" in node.attr:
+            dims = node.attr["shape"].shape.dim
+            if dims and dims[0].size == -1:
+                dims[0].size = batch_size
+    for node in graph_def.node:
+        node.attr.pop("_output_shapes", None)
+    return copy
+
+
+def _static_graph(source: Any, batch_size: int | None) -> Any:
+    """``source`` as a ``tf.Graph``, its unknown batch set to ``batch_size`` when given."""
+    import tensorflow as tf
+
+    if batch_size is None:
+        return load_graph(source)
+    if isinstance(source, tf.Graph):
+        source = tf.compat.v1.train.export_meta_graph(graph=source)
+    return load_graph(with_batch_size(source, batch_size))
+
+
+def rewrite_graph_def(plan: SplitPlan, source: Any, batch_size: int | None = None) -> SplitRewrite:
     """The ``GraphDef`` of ``source`` (a ``tf.Graph``, ``GraphDef`` or ``MetaGraphDef``) with ``plan``
     applied (module docstring). Ops the plan does not name keep their device and run whole.
+    ``batch_size`` fixes an unknown batch (:func:`with_batch_size`); the result runs that batch.
 
     Raises
     ------
     ValueError
         One line naming the first op the rewrite cannot split as the plan says.
     """
-    graph = load_graph(source)
+    graph = _static_graph(source, batch_size)
     frames = _frame_ops(graph) if any(op.type in _FRAME_TYPES for op in graph.get_operations()) else set()
     for op in graph.get_operations():
         split = plan.splits.get(op.name)
@@ -563,13 +599,15 @@ def rewrite_graph_def(plan: SplitPlan, source: Any) -> SplitRewrite:
     return rewriter.result
 
 
-def apply_split_plan(plan: SplitPlan, target: Any) -> Any:
+def apply_split_plan(plan: SplitPlan, target: Any, batch_size: int | None = None) -> Any:
     """Rewrite ``target`` to run ``plan``; the user's graph is never changed.
 
     Parameters
     ----------
     plan : SplitPlan
     target : tf.Graph, GraphDef or MetaGraphDef
+    batch_size : int, optional
+        The batch the plan was made for, when the graph's placeholders leave it unknown.
 
     Returns
     -------
@@ -579,22 +617,29 @@ def apply_split_plan(plan: SplitPlan, target: Any) -> Any:
     import tensorflow as tf
 
     if isinstance(target, tf.Graph):
-        meta = tf.compat.v1.train.export_meta_graph(graph=target)
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.compat.v1.train.import_meta_graph(apply_split_plan(plan, meta))
-        return graph
+        return split_graph(plan, target, batch_size)[0]
     if not isinstance(target, (tf.compat.v1.GraphDef, tf.compat.v1.MetaGraphDef)):
         raise TypeError(
             f"cannot rewrite a {type(target).__name__}: give a tf.Graph, GraphDef or MetaGraphDef"
         )
-    rewritten = rewrite_graph_def(plan, target).graph_def
+    rewritten = rewrite_graph_def(plan, target, batch_size).graph_def
     if isinstance(target, tf.compat.v1.GraphDef):
         return rewritten
     meta = tf.compat.v1.MetaGraphDef()
     meta.CopyFrom(target)
     meta.graph_def.CopyFrom(rewritten)
     return meta
+
+
+def split_graph(plan: SplitPlan, graph: Any, batch_size: int | None = None) -> tuple[Any, SplitRewrite]:
+    """A new ``tf.Graph`` running ``plan`` on ``graph`` (with its collections: variables, ``train_op``,
+    so initializers and fetches are found as before), and the :class:`SplitRewrite` it came from."""
+    import tensorflow as tf
+
+    meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+    rewrite = rewrite_graph_def(plan, meta, batch_size)
+    meta.graph_def.CopyFrom(rewrite.graph_def)
+    return load_graph(meta), rewrite
 
 
 def uniform_plan(
@@ -604,6 +649,7 @@ def uniform_plan(
     *,
     ops: Mapping[str, str] | None = None,
     shares: Sequence[float] | None = None,
+    batch_size: int | None = None,
 ) -> SplitPlan:
     """A forced plan: every op of ``graph`` the rewrite can split along ``dimension`` split over all
     ``devices``, every other op whole on the first device.
@@ -615,7 +661,7 @@ def uniform_plan(
     names = tuple(devices)
     device_set = DeviceSet.parse(list(names), "1TB")
     share = tuple(shares) if shares is not None else (1.0 / len(names),) * len(names)
-    tf_graph = load_graph(graph)
+    tf_graph = _static_graph(graph, batch_size)
     frames = (
         _frame_ops(tf_graph) if any(op.type in _FRAME_TYPES for op in tf_graph.get_operations()) else set()
     )
