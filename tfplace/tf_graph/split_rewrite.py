@@ -654,9 +654,11 @@ def uniform_plan(
     """A forced plan: every op of ``graph`` the rewrite can split along ``dimension`` split over all
     ``devices``, every other op whole on the first device.
 
-    Along ``"batch"``, an op whose rules sum over the batch instead (a dense layer's weight gradient
-    ``a^T @ dy``, a loss summed or averaged over the batch) splits along its ``"reduction"``, as data
-    parallelism does. ``ops`` restricts the split to the named ops (op -> dimension overrides).
+    Along ``"batch"``, only ops that process examples split (data parallelism): a placeholder's
+    outputs carry examples, and so do the outputs of an op that reads them, except a partial sum
+    over the batch. An op whose rules sum over the batch instead (a dense layer's weight gradient
+    ``a^T @ dy``, a loss summed or averaged over the batch) splits along its ``"reduction"``.
+    ``ops`` names the ops to split instead (op -> dimension), every other op whole.
     """
     names = tuple(devices)
     device_set = DeviceSet.parse(list(names), "1TB")
@@ -666,13 +668,14 @@ def uniform_plan(
         _frame_ops(tf_graph) if any(op.type in _FRAME_TYPES for op in tf_graph.get_operations()) else set()
     )
     splits: dict[str, OpSplit] = {}
+    examples: set[str] = set()
     for op in tf_graph.get_operations():
         wanted = (ops or {}).get(op.name, dimension if ops is None else None)
-        candidates = [wanted] if wanted else []
-        if wanted == BATCH:
-            candidates.append(REDUCTION)
+        carries = op.type == "Placeholder" or any(t.name in examples for t in op.inputs)
+        if wanted == BATCH and ops is None and not carries:
+            wanted = None
         splits[op.name] = OpSplit.whole(names[0])
-        for candidate in candidates:
+        for candidate in [wanted, REDUCTION] if wanted == BATCH else [wanted] if wanted else []:
             split = OpSplit(names, candidate, share)
             rules = op_rules(op.type, op_split_attrs(op))
             if candidate == REDUCTION and (
@@ -683,4 +686,11 @@ def uniform_plan(
             if len(names) > 1 and _refusal(op, split, frames) is None:
                 splits[op.name] = split
                 break
+        if carries:
+            rule = op_rules(op.type, op_split_attrs(op)).get(splits[op.name].dimension or "")
+            examples.update(
+                t.name
+                for slot, t in enumerate(op.outputs)
+                if rule is None or rule.write(slot).kind != "partial"
+            )
     return SplitPlan(splits, device_set, placer=f"uniform-{dimension}")
