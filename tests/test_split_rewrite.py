@@ -210,3 +210,14 @@ def test_a_batch_split_trains_alike_on_two_loopback_workers() -> None:
         )
     assert check.max_deviation < TOLERANCE, check.worst
     assert check.pieces_run > 0 and not check.misplaced
+
+
+def test_a_plan_and_the_placement_made_from_it_apply_by_rewriting_the_graph() -> None:
+    graph, _ = small_training_graph()
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    for applied in (plan.apply(graph), plan.to_placement().apply(graph)):
+        assert applied is not graph
+        assert applied.get_operation_by_name("Relu/piece1").device == TWO_CPUS[1]
+        assert applied.get_operation_by_name("Relu").type == "Identity"
+    assert plan.to_placement().apply(graph.as_graph_def()).node  # a GraphDef in, a GraphDef out
+    assert "Relu/piece0" not in {op.name for op in graph.get_operations()}

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from tfplace.core.devices import DeviceName, DeviceSet
+from tfplace.core.placement import Placement
 from tfplace.split.plan import OpSplit, SplitPlan
 from tfplace.split.rules import (
     BATCH,
@@ -60,6 +61,7 @@ from tfplace.split.rules import (
     can_replicate,
     op_rules,
 )
+from tfplace.tf_graph.apply import apply_placement
 from tfplace.tf_graph.constraints import kernel_device_types
 from tfplace.tf_graph.importer import load_graph
 from tfplace.tf_graph.split_attrs import op_split_attrs
@@ -227,8 +229,8 @@ class _Rewriter:
                 name,
                 [
                     tensor,
-                    self._const(np.int32(begin), device, f"{name}/begin"),
-                    self._const(np.int32(end), device, f"{name}/end"),
+                    self._const(np.asarray(begin, np.int32), device, f"{name}/begin"),
+                    self._const(np.asarray(end, np.int32), device, f"{name}/end"),
                     self._const(np.ones(rank, np.int32), device, f"{name}/strides"),
                 ],
                 device,
@@ -366,14 +368,16 @@ class _Rewriter:
                 layout = Layout("replicated")  # a scalar, or an operand broadcast along the batch
             if op.type == "Reshape" and slot == 1:
                 node.input.append(
-                    self._const(np.int32([-1, *op.outputs[0].shape[1:]]), device, f"{node.name}/shape")
+                    self._const(
+                        np.asarray([-1, *op.outputs[0].shape[1:]], np.int32), device, f"{node.name}/shape"
+                    )
                 )
             elif _SHAPE_INPUT.get(op.type) == slot:
                 shape = list(op.outputs[0].shape.as_list())
                 write = rule.write(0)
                 if write.kind == "sharded":
                     shape[_axis(write, len(shape))] = hi - lo
-                node.input.append(self._const(np.int32(shape), device, f"{node.name}/shape"))
+                node.input.append(self._const(np.asarray(shape, np.int32), device, f"{node.name}/shape"))
             elif layout.kind == "replicated":
                 node.input.append(self.whole(tensor, device))
             elif layout.kind == "halo":
@@ -415,7 +419,7 @@ class _Rewriter:
             f"{node.name}/pad",
             [
                 source,
-                self._const(np.int32(paddings), device, f"{node.name}/paddings"),
+                self._const(np.asarray(paddings, np.int32), device, f"{node.name}/paddings"),
                 self._const(np.asarray(-np.inf, dtype.as_numpy_dtype), device, f"{node.name}/lowest"),
             ],
             device,
@@ -642,6 +646,17 @@ def split_graph(plan: SplitPlan, graph: Any, batch_size: int | None = None) -> t
     return load_graph(meta), rewrite
 
 
+def write_graph(plan: Placement | SplitPlan, target: Any) -> Any:
+    """The graph writer :mod:`tfplace` registers: a split plan (or a placement made from one) is
+    rewritten into its pieces (:func:`apply_split_plan` at the plan's ``batch_size``); a placement
+    of whole ops is written by :func:`~tfplace.tf_graph.apply.apply_placement`."""
+    if isinstance(plan, Placement) and plan.split_plan is not None:
+        plan = plan.split_plan
+    if isinstance(plan, SplitPlan):
+        return apply_split_plan(plan, target, plan.batch_size)
+    return apply_placement(plan, target)
+
+
 def uniform_plan(
     graph: Any,
     devices: Sequence[str],
@@ -693,4 +708,4 @@ def uniform_plan(
                 for slot, t in enumerate(op.outputs)
                 if rule is None or rule.write(slot).kind != "partial"
             )
-    return SplitPlan(splits, device_set, placer=f"uniform-{dimension}")
+    return SplitPlan(splits, device_set, placer=f"uniform-{dimension}", batch_size=batch_size)
