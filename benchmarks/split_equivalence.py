@@ -102,6 +102,7 @@ def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], i
     from models import build_model
     from tfplace.tf_graph.importer import load_graph
 
+    tf.compat.v1.disable_eager_execution()
     cases = []
     batch = 4
     for model, knobs in sorted(SMALL_MODELS.items()):

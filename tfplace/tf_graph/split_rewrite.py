@@ -555,6 +555,14 @@ def with_batch_size(source: Any, batch_size: int) -> Any:
     return copy
 
 
+def _meta_graph(graph: Any) -> Any:
+    """``graph`` with its collections as a ``MetaGraphDef`` (also while eager execution is on)."""
+    import tensorflow as tf
+
+    with graph.as_default():
+        return tf.compat.v1.train.export_meta_graph(graph=graph)
+
+
 def _static_graph(source: Any, batch_size: int | None) -> Any:
     """``source`` as a ``tf.Graph``, its unknown batch set to ``batch_size`` when given."""
     import tensorflow as tf
@@ -562,7 +570,7 @@ def _static_graph(source: Any, batch_size: int | None) -> Any:
     if batch_size is None:
         return load_graph(source)
     if isinstance(source, tf.Graph):
-        source = tf.compat.v1.train.export_meta_graph(graph=source)
+        source = _meta_graph(source)
     return load_graph(with_batch_size(source, batch_size))
 
 
@@ -638,9 +646,8 @@ def apply_split_plan(plan: SplitPlan, target: Any, batch_size: int | None = None
 def split_graph(plan: SplitPlan, graph: Any, batch_size: int | None = None) -> tuple[Any, SplitRewrite]:
     """A new ``tf.Graph`` running ``plan`` on ``graph`` (with its collections: variables, ``train_op``,
     so initializers and fetches are found as before), and the :class:`SplitRewrite` it came from."""
-    import tensorflow as tf
 
-    meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+    meta = _meta_graph(graph)
     rewrite = rewrite_graph_def(plan, meta, batch_size)
     meta.graph_def.CopyFrom(rewrite.graph_def)
     return load_graph(meta), rewrite
