@@ -192,6 +192,10 @@ def test_batch_norm_in_training_runs_whole_and_the_step_stays_exact() -> None:
         loss = tf.reduce_sum(tf.square(tf.nn.relu(y)), name="loss")
         tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
     plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    batch_norms = {"FusedBatchNormV3", "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3"}
+    assert all(plan.splits[op].degree == 1 for op in batch_norms)  # a forced plan keeps them whole
+    for op in batch_norms:
+        plan.splits[op] = OpSplit(tuple(TWO_CPUS), BATCH)  # a plan that splits them runs them whole
     feeds = {"x:0": np.random.default_rng(3).standard_normal((4, 5, 5, 3)).astype(np.float32)}
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
     assert set(check.kept_whole) == {

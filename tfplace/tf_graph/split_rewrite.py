@@ -705,7 +705,7 @@ def uniform_plan(
                 or {lay.axis for lay in rules[candidate].reads if lay.kind == "sharded"} != {0}
             ):
                 continue
-            if len(names) > 1 and _refusal(op, split, frames) is None:
+            if len(names) > 1 and _refusal(op, split, frames) is None and _keeps_whole(op, split) is None:
                 splits[op.name] = split
                 break
         if carries:
