@@ -210,7 +210,8 @@ RULES: dict[str, dict[str, SplitRule]] = {
         REDUCTION: _rule((S0, R), (P,), reduces_axis0=True),
     },
     # Shape-moving ops split where they keep axis 0 in place; the axis/perm inputs are replicated.
-    "ConcatV2": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
+    # ConcatV2 reads every input sliced (its scalar axis input too, which a piece reads whole).
+    "ConcatV2": {BATCH: _rule((S0,), (S0,), keeps_axis0=True)},
     "Split": {BATCH: _rule((R, S0), (S0,), keeps_axis0=True)},
     "Reshape": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
     "Transpose": {BATCH: _rule((S0, R), (S0,), keeps_axis0=True)},
