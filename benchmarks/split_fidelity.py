@@ -55,13 +55,14 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     from tfplace.split.expand import simulate_plan
     from tfplace.split.plan import SplitPlan
     from tfplace.tf_graph.split_attrs import annotate_split_fields
+    from tfplace.tf_graph.split_rewrite import static_graph
 
     knobs, batch = MODEL_SIZES[name]
     spec = build_model(name, **knobs)
     wait_for_quiet()
     estimate = estimate_costs(spec.graph, spec.train_op, spec.feed_fn, batch, profile_batch_sizes=[batch])
     cost_graph = estimate.cost_graph
-    annotate_split_fields(cost_graph, spec.graph)
+    annotate_split_fields(cost_graph, static_graph(spec.graph, batch))  # the attributes the rewrite sees
     cost_graph.set_transfer_model(devices.typical_link)
     rows = {}
     for plan_name, plan in plans(spec.graph, list(devices.names), batch).items():

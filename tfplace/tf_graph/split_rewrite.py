@@ -71,8 +71,10 @@ __all__ = [
     "apply_split_plan",
     "rewrite_graph_def",
     "split_graph",
+    "static_graph",
     "uniform_plan",
     "with_batch_size",
+    "write_graph",
 ]
 
 _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
@@ -563,7 +565,7 @@ def _meta_graph(graph: Any) -> Any:
         return tf.compat.v1.train.export_meta_graph(graph=graph)
 
 
-def _static_graph(source: Any, batch_size: int | None) -> Any:
+def static_graph(source: Any, batch_size: int | None) -> Any:
     """``source`` as a ``tf.Graph``, its unknown batch set to ``batch_size`` when given."""
     import tensorflow as tf
 
@@ -584,7 +586,7 @@ def rewrite_graph_def(plan: SplitPlan, source: Any, batch_size: int | None = Non
     ValueError
         One line naming the first op the rewrite cannot split as the plan says.
     """
-    graph = _static_graph(source, batch_size)
+    graph = static_graph(source, batch_size)
     frames = _frame_ops(graph) if any(op.type in _FRAME_TYPES for op in graph.get_operations()) else set()
     for op in graph.get_operations():
         split = plan.splits.get(op.name)
@@ -685,7 +687,7 @@ def uniform_plan(
     names = tuple(devices)
     device_set = DeviceSet.parse(list(names), "1TB")
     share = tuple(shares) if shares is not None else (1.0 / len(names),) * len(names)
-    tf_graph = _static_graph(graph, batch_size)
+    tf_graph = static_graph(graph, batch_size)
     frames = (
         _frame_ops(tf_graph) if any(op.type in _FRAME_TYPES for op in tf_graph.get_operations()) else set()
     )
