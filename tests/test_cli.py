@@ -373,3 +373,21 @@ def test_without_tensorflow_a_command_that_needs_it_says_how_to_install_it(monke
         error_line(capsys)
         == "tfplace profile: error: this needs TensorFlow: pip install 'tfplace[cpu]' (or 'tfplace[gpu]')"
     )
+
+
+@pytest.mark.tensorflow
+def test_run_runs_a_split_plan_by_rewriting_the_graph_into_pieces(tmp_path, capsys):
+    from tfplace.tf_graph.split_rewrite import uniform_plan
+
+    plan_path = tmp_path / "plan.json"
+    uniform_plan(CNN, ["/device:CPU:0", "/device:CPU:1"], "batch", batch_size=4).save(plan_path)
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", plan_path, "--batch_size=4", "--steps=2", "--warmup_steps=1"
+    )
+
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "of which pieces" in out and "split into pieces" in out
+    assert "every op ran on the device the placement gave it" in out

@@ -197,7 +197,10 @@ COST_GRAPH = _flag(
     "--graph; simulate, run: the costs to simulate with.",
 )
 PLACEMENT = _flag(
-    flags.DEFINE_string, "placement", None, "Placement JSON (from tfplace place --placement_out)."
+    flags.DEFINE_string,
+    "placement",
+    None,
+    "Placement JSON (from tfplace place --placement_out); run: also a split plan JSON (SplitPlan.save).",
 )
 PRIORITY = _flag(
     flags.DEFINE_enum,
@@ -836,7 +839,7 @@ def _run() -> int:
     from tfplace.core.tables import format_table
     from tfplace.runner import run_placement
 
-    placement = Placement.load(_existing(PLACEMENT))
+    placement = _load_placement_or_plan(_existing(PLACEMENT))
     if COST_GRAPH.value:
         placement.cost_graph = _read_cost_graph()
     if not CLUSTER.value:
@@ -889,6 +892,18 @@ def _run() -> int:
         written.append(f"Chrome trace of the simulated step: {report.simulated_trace_path}")
     _report("\n".join(lines), written)
     return 0
+
+
+def _load_placement_or_plan(path: str) -> Placement:
+    """A placement JSON, or a split plan JSON as the placement that runs it (its ``apply`` rewrites
+    the graph into the plan's pieces)."""
+    import json
+
+    from tfplace.split.plan import PLAN_FORMAT, SplitPlan
+
+    with open(path, encoding="utf-8") as handle:
+        is_plan = json.load(handle).get("format") == PLAN_FORMAT
+    return SplitPlan.load(path).to_placement() if is_plan else Placement.load(path)
 
 
 def _check_local_devices(placement: Placement) -> None:

@@ -254,7 +254,8 @@ def _placed_copy(
 def _local_config(placement: Placement) -> Any:
     from tfplace.tf_graph.session import virtual_cpu_config
 
-    specs = [DeviceName.parse(d) for d in placement.assignment.values()]
+    pieces = [d for devices in placement.pieces.values() for d in devices]
+    specs = [DeviceName.parse(d) for d in [*placement.assignment.values(), *pieces]]
     return virtual_cpu_config(1 + max((spec.index for spec in specs if spec.kind == "CPU"), default=0))
 
 

@@ -39,6 +39,7 @@ inside legacy ``while`` frames.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -571,6 +572,8 @@ def static_graph(source: Any, batch_size: int | None) -> Any:
 
     if batch_size is None:
         return load_graph(source)
+    if isinstance(source, (str, os.PathLike)):
+        source = load_graph(source)
     if isinstance(source, tf.Graph):
         source = _meta_graph(source)
     return load_graph(with_batch_size(source, batch_size))
