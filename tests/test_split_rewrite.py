@@ -225,3 +225,14 @@ def test_a_plan_and_the_placement_made_from_it_apply_by_rewriting_the_graph() ->
         assert applied.get_operation_by_name("Relu").type == "Identity"
     assert plan.to_placement().apply(graph.as_graph_def()).node  # a GraphDef in, a GraphDef out
     assert "Relu/piece0" not in {op.name for op in graph.get_operations()}
+
+
+def test_the_tensorboard_graph_of_a_rewrite_holds_each_piece_with_its_device(tmp_path) -> None:
+    from tfplace.tf_graph.export import write_tensorboard_graph
+
+    graph, _ = small_training_graph()
+    rewritten = apply_split_plan(uniform_plan(graph, TWO_CPUS, BATCH), graph)
+    event_file = write_tensorboard_graph(rewritten, tmp_path)
+    (event,) = [e for e in tf.compat.v1.train.summary_iterator(event_file) if e.graph_def]
+    devices = {node.name: node.device for node in tf.compat.v1.GraphDef.FromString(event.graph_def).node}
+    assert devices["Conv2D/piece0"] == TWO_CPUS[0] and devices["Conv2D/piece1"] == TWO_CPUS[1]
