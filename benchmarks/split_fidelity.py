@@ -16,20 +16,16 @@ graph (:func:`tfplace.runner.run_placement` of the plan's placement). Writes ``-
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging
 
-from benchmarks.fidelity import FLAGS, MODEL_SIZES, load, run_once, wait_for_quiet
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, STATISTICS, load, run_once, wait_for_quiet, write_rows
 
 flags.DEFINE_list("plans", ["single", "batch", "channel", "height"], "Split plans to simulate and run.")
 FLAGS.set_default("models", ["tensor_holography", "inception_v3"])
 FLAGS.set_default("output", "results/split_fidelity.csv")
-
-COLUMNS = ("model", "placement", "simulated_s", "measured_s", "error")
 
 
 def plans(graph: Any, devices: list[str], batch: int) -> dict[str, Any]:
@@ -83,9 +79,7 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
             report = run_once(spec, batch, row["plan"].to_placement(), cluster, None, row["loads"])
             row["runs"].append(report.mean_step_time)
     for row in rows.values():
-        row["measured_s"] = (
-            min(row["runs"]) if FLAGS.statistic == "min" else sorted(row["runs"])[len(row["runs"]) // 2]
-        )
+        row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
         row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
         logging.info(
             "%s/%s: simulated %.4f s, measured %.4f s",
@@ -109,13 +103,7 @@ def main(argv: Sequence[str]) -> None:
         devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
-    output = Path(FLAGS.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
+    output = write_rows(rows)
     print(f"calibrated at load {calibration_load}")
     print(output.read_text(), end="")
     print("model,plan,split ops in the step,mean step time of each run [s],load before -> after each run")

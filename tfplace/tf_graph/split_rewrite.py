@@ -145,13 +145,12 @@ class _Rewriter:
     def __init__(self, graph: Any, plan: SplitPlan) -> None:
         from tensorflow.core.framework import graph_pb2
 
-        self.graph = graph
+        source = graph.as_graph_def()
         self.plan = plan
-        self.source = graph.as_graph_def()
         self.out = graph_pb2.GraphDef()
-        self.out.versions.CopyFrom(self.source.versions)
-        self.out.library.CopyFrom(self.source.library)
-        self.names = {node.name for node in self.source.node}
+        self.out.versions.CopyFrom(source.versions)
+        self.out.library.CopyFrom(source.library)
+        self.names = {node.name for node in source.node}
         self.values: dict[str, _Value] = {}
         self.cache: dict[tuple[Any, ...], str] = {}
         self.result = SplitRewrite(self.out)
