@@ -72,7 +72,9 @@ def forced_plan(graph: Any, devices: list[str], kind: str, batch_size: int | Non
 def report(label: str, check: Any, seconds: float) -> bool:
     ok = check.max_deviation <= TOLERANCE and not check.misplaced and check.pieces_run > 0
     print(
-        f"{label:<40} max deviation {check.max_deviation:9.2e} ({check.worst})  pieces in step stats on "
+        f"{label:<40} max deviation {check.max_deviation:9.2e} ({check.worst}); fetched values at step 1 "
+        f"{check.step_deviations[0]:8.1e}, at step {len(check.step_deviations)} {check.step_deviations[-1]:8.1e}"
+        f"  pieces in step stats on "
         f"their device {check.pieces_run - len(check.misplaced)}, elsewhere {len(check.misplaced)}, absent "
         f"(fused or pruned by TF) {check.pieces_in_step - check.pieces_run}  kept whole {len(check.kept_whole)}"
         f"  {seconds:5.1f}s  {'ok' if ok else 'FAIL'}",

@@ -37,6 +37,9 @@ class SplitCheck:
     kept_whole: dict[str, str] = field(default_factory=dict)
     values: list[Any] = field(default_factory=list)
     """The original graph's fetched values, one entry per step."""
+    step_deviations: list[float] = field(default_factory=list)
+    """Per step, the largest deviation of a fetched value: how a float difference of the first
+    steps grows (or not) over training."""
 
 
 def deviation(expected: Any, actual: Any) -> float:
@@ -117,7 +120,9 @@ def compare_split(
     rewritten, rewrite = split_graph(plan, graph, batch_size)
     _, actual, split_final, metadata = _run(rewritten, fetches, feeds, steps, config, target, start)
     worst, where = 0.0, ""
+    per_step = []
     for step, (want, got) in enumerate(zip(expected, actual)):
+        per_step.append(max((deviation(a, b) for a, b in zip(want, got) if a is not None), default=0.0))
         for name, a, b in zip(fetches, want, got):
             if a is not None and deviation(a, b) >= worst:
                 worst, where = deviation(a, b), f"{name} at step {step + 1}"
@@ -125,4 +130,4 @@ def compare_split(
         if deviation(a, b) >= worst:
             worst, where = deviation(a, b), f"{variable.name} after step {steps}"
     run, in_step, misplaced = _placement_check(rewritten, rewrite, fetches, metadata)
-    return SplitCheck(worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected)
+    return SplitCheck(worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected, per_step)

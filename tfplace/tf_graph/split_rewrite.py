@@ -359,15 +359,9 @@ class _Rewriter:
             if attr in node.attr:
                 del node.attr[attr]
         del node.input[:]
-        out_rank = len(_static_shape(op.outputs[0]))
         for slot, tensor in enumerate(op.inputs):
-            layout = rule.read(slot)
+            layout = _read_layout(op, rule, slot)
             rank = len(_static_shape(tensor))
-            if rank == 0 or (
-                rule is _ELEMENTWISE_RULE
-                and (rank != out_rank or _static_shape(tensor)[0] == 1 != _static_shape(op.outputs[0])[0])
-            ):
-                layout = Layout("replicated")  # a scalar, or an operand broadcast along the batch
             if op.type == "Reshape" and slot == 1:
                 node.input.append(
                     self._const(
@@ -464,16 +458,37 @@ def _axis(layout: Layout, rank: int) -> int:
     return layout.axis % rank if rank else 0
 
 
+def _read_layout(op: Any, rule: SplitRule, slot: int) -> Layout:
+    """How a piece reads input ``slot``: as the rule says, except a scalar (an axis, a shape) and an
+    element-wise op's operand broadcast along the split axis (a bias vector), which it reads whole."""
+    layout = rule.read(slot)
+    shape, out = _static_shape(op.inputs[slot]), _static_shape(op.outputs[0])
+    if not shape or (rule is _ELEMENTWISE_RULE and (len(shape) != len(out) or shape[0] == 1 != out[0])):
+        return Layout("replicated")
+    return layout
+
+
+def _sliced_sizes(op: Any, rule: SplitRule) -> list[int | None]:
+    """The static size along its axis of every input a piece reads a slice of."""
+    sizes = []
+    for slot, tensor in enumerate(op.inputs):
+        layout = _read_layout(op, rule, slot)
+        if layout.kind == "sharded":
+            shape = _static_shape(tensor)
+            sizes.append(shape[_axis(layout, len(shape))])
+    return sizes
+
+
 def _dimension(op: Any, rule: SplitRule) -> tuple[int, int | None]:
     """The axis and static size of the dimension a piece's range runs over: the output's axis for a
     halo rule, else the first sliced input's."""
     if rule.reads[0].kind == "halo":
         axis = _axis(rule.reads[0], 4)
         return axis, op.outputs[0].shape[axis]
-    for slot, tensor in enumerate(op.inputs):
-        layout = rule.read(slot)
-        shape = _static_shape(tensor)
-        if layout.kind == "sharded" and shape:
+    for slot in range(len(op.inputs)):
+        layout = _read_layout(op, rule, slot)
+        if layout.kind == "sharded":
+            shape = _static_shape(op.inputs[slot])
             axis = _axis(layout, len(shape))
             return axis, shape[axis]
     return 0, None
@@ -525,6 +540,8 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
     _, size = _dimension(op, rule)
     if size is None:
         return f"its {split.dimension} dimension has no static size (build the graph with a fixed batch)"
+    if rule.reads[0].kind != "halo" and len(set(_sliced_sizes(op, rule))) > 1:
+        return f"the inputs it slices differ in their {split.dimension} size {_sliced_sizes(op, rule)}"
     if split.degree > size:
         return f"degree {split.degree} exceeds its {split.dimension} dimension of {size}"
     if min(hi - lo for lo, hi in _ranges(size, split.shares)) < 1:
