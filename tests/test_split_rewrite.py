@@ -236,3 +236,17 @@ def test_the_tensorboard_graph_of_a_rewrite_holds_each_piece_with_its_device(tmp
     (event,) = [e for e in tf.compat.v1.train.summary_iterator(event_file) if e.graph_def]
     devices = {node.name: node.device for node in tf.compat.v1.GraphDef.FromString(event.graph_def).node}
     assert devices["Conv2D/piece0"] == TWO_CPUS[0] and devices["Conv2D/piece1"] == TWO_CPUS[1]
+
+
+def test_the_worked_example_of_docs_splitting_runs_verbatim(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    document = (Path(__file__).resolve().parents[1] / "docs" / "splitting.md").read_text()
+    (example,) = [block.split("```")[0] for block in document.split("```python\n")[1:]]
+    done = subprocess.run(
+        [sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 on another device than planned" in done.stdout
