@@ -122,30 +122,30 @@ def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], i
 def training(steps: int, cluster: bool) -> bool:
     ok = True
     for label, graph, fetches, feeds, batch in training_cases():
-        if cluster:
-            with LocalCluster(2) as workers:
-                devices = [workers.device(0), workers.device(1)]
-                started = time.perf_counter()
-                plan = uniform_plan(graph, devices, BATCH, batch_size=batch)
-                check = compare_split(
-                    graph,
-                    plan,
-                    fetches,
-                    feeds,
-                    steps=steps,
-                    config=None,
-                    target=workers.target,
-                    batch_size=batch,
-                )
-                ok &= report(f"{label} training, batch x2 workers", check, time.perf_counter() - started)
-            continue
-        started = time.perf_counter()
-        plan = uniform_plan(graph, ["/device:CPU:0", "/device:CPU:1"], BATCH, batch_size=batch)
-        check = compare_split(
-            graph, plan, fetches, feeds, steps=steps, config=virtual_cpu_config(2), batch_size=batch
-        )
-        ok &= report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started)
+        try:
+            ok &= train_case(label, graph, fetches, feeds, batch, steps, cluster)
+        except Exception as error:  # one failing graph does not hide the others' rows
+            print(f"{label} training: FAIL {type(error).__name__}: {str(error).splitlines()[0]}", flush=True)
+            ok = False
     return ok
+
+
+def train_case(
+    label: str, graph: Any, fetches: list[str], feeds: Any, batch: int, steps: int, cluster: bool
+) -> bool:
+    """Train ``graph`` and its batch split over two devices ``steps`` steps; print the row."""
+    started = time.perf_counter()
+    if not cluster:
+        plan = uniform_plan(graph, ["/device:CPU:0", "/device:CPU:1"], BATCH, batch_size=batch)
+        config = virtual_cpu_config(2)
+        check = compare_split(graph, plan, fetches, feeds, steps=steps, config=config, batch_size=batch)
+        return report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started)
+    with LocalCluster(2) as workers:
+        plan = uniform_plan(graph, [workers.device(0), workers.device(1)], BATCH, batch_size=batch)
+        check = compare_split(
+            graph, plan, fetches, feeds, steps=steps, config=None, target=workers.target, batch_size=batch
+        )
+    return report(f"{label} training, batch x2 workers", check, time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:

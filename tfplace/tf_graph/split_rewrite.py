@@ -82,8 +82,11 @@ _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormG
 _WINDOWED = frozenset({"Conv2D", "MaxPool", "AvgPool"})
 _SHAPE_INPUT = {"Conv2DBackpropInput": 0, "Conv2DBackpropFilter": 1, "AvgPoolGrad": 0}
 """Op type -> the input slot holding a shape the op computes with: a piece gets its own shape."""
-_UNSUPPORTED = frozenset({"Conv2DBackpropInputV2"})
-"""Op types whose rules the rewrite cannot honour yet (the V2 backprop reads the input's shape)."""
+_UNSUPPORTED = {
+    ("Conv2DBackpropInputV2", None): "it reads its input only for the input's shape",
+    ("GatherV2", REDUCTION): "a piece of the table would need its indices offset and masked",
+}
+"""(op type, dimension or ``None`` for every one) -> why the rewrite cannot split so yet."""
 _ELEMENTWISE_RULE = RULES["AddV2"][BATCH]
 _FRAME_TYPES = frozenset({"Enter", "RefEnter"})
 
@@ -525,8 +528,9 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
     rules = op_rules(op.type, op_split_attrs(op))
     if split.dimension not in rules:
         return f"cannot split along {split.dimension!r}; it splits along {sorted(rules) or 'nothing'}"
-    if op.type in _UNSUPPORTED:
-        return "is not split by the rewrite yet"
+    reason = _UNSUPPORTED.get((op.type, split.dimension), _UNSUPPORTED.get((op.type, None)))
+    if reason is not None:
+        return f"is not split along {split.dimension} by the rewrite yet ({reason})"
     if op.name in frames:
         return "is inside a while loop's frame, which the rewrite does not split yet"
     rule = rules[split.dimension]
