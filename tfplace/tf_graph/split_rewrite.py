@@ -33,8 +33,9 @@ computes what replicas would.
 Refused with a one-line ``ValueError`` naming the op (nothing is changed then): a dimension the
 op's rules do not allow, a degree above the dimension's size, a dimension of unknown static size, a
 device without a kernel for the op, a spatial split of anything but ``Conv2D`` and pooling,
-``AvgPool`` with SAME padding split spatially (its border windows average fewer values), and ops
-inside legacy ``while`` frames.
+``AvgPool`` with SAME padding split spatially (its border windows average fewer values), a
+``GatherV2`` split over its table's rows, ``Conv2DBackpropInputV2``, inputs a piece slices that
+differ in size, and ops inside legacy ``while`` frames.
 """
 
 from __future__ import annotations
