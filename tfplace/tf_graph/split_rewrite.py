@@ -534,6 +534,10 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
         return f"is not split along {split.dimension} by the rewrite yet ({reason})"
     if op.name in frames:
         return "is inside a while loop's frame, which the rewrite does not split yet"
+    if any(t.shape.rank is None for t in (*op.inputs, *op.outputs)):
+        return "has a tensor of unknown rank, whose slices the rewrite cannot cut"
+    if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
+        return "reads a resource variable, which TensorFlow runs on the variable's device only"
     rule = rules[split.dimension]
     if split.dimension in (HEIGHT, WIDTH):
         if op.type not in _WINDOWED:
