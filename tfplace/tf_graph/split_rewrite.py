@@ -534,11 +534,13 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
         return f"is not split along {split.dimension} by the rewrite yet ({reason})"
     if op.name in frames:
         return "is inside a while loop's frame, which the rewrite does not split yet"
-    if any(t.shape.rank is None for t in (*op.inputs, *op.outputs)):
-        return "has a tensor of unknown rank, whose slices the rewrite cannot cut"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"
     rule = rules[split.dimension]
+    cut = [t for slot, t in enumerate(op.inputs) if rule.read(slot).kind in ("sharded", "halo")]
+    cut += [t for slot, t in enumerate(op.outputs) if rule.write(slot).kind == "sharded"]
+    if any(t.shape.rank is None for t in cut):
+        return "slices a tensor of unknown rank, which the rewrite cannot cut"
     if split.dimension in (HEIGHT, WIDTH):
         if op.type not in _WINDOWED:
             return f"splits along {split.dimension} only as Conv2D and pooling do, not yet as {op.type}"
