@@ -26,7 +26,8 @@ a ``Mean`` over a split batch weighted by each piece's share). Two kinds of op k
 the whole batch exact by running whole: ``FusedBatchNorm*`` and their gradients in training mode
 (``is_training=True``: their statistics are over the whole batch) split along the batch run whole
 on their first piece's device (:attr:`SplitRewrite.kept_whole` lists them); in inference mode they
-split. An op the plan runs as replicas (``"replica"``: a variable, its reads and updates under data
+split. So do ops reading a resource variable (``ResourceGather``), which TensorFlow runs on the
+variable's device whatever the piece's device. An op the plan runs as replicas (``"replica"``: a variable, its reads and updates under data
 parallelism) runs once, on its first device; every device that reads it receives it once, which
 computes what replicas would.
 
@@ -534,8 +535,6 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
         return f"is not split along {split.dimension} by the rewrite yet ({reason})"
     if op.name in frames:
         return "is inside a while loop's frame, which the rewrite does not split yet"
-    if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
-        return "reads a resource variable, which TensorFlow runs on the variable's device only"
     rule = rules[split.dimension]
     cut = [t for slot, t in enumerate(op.inputs) if rule.read(slot).kind in ("sharded", "halo")]
     cut += [t for slot, t in enumerate(op.outputs) if rule.write(slot).kind == "sharded"]
@@ -563,8 +562,11 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
 
 
 def _keeps_whole(op: Any, split: OpSplit) -> str | None:
+    """Why the rewrite runs a split op whole on its first device, or ``None`` when it splits it."""
     if op.type in _BATCH_NORMS and split.dimension == BATCH and op.get_attr("is_training"):
         return "batch norm in training mode: statistics over the whole batch"
+    if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
+        return "reads a resource variable, which TensorFlow runs on the variable's device only"
     return None
 
 
