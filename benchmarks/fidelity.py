@@ -231,6 +231,18 @@ def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: li
     return report
 
 
+def write_rows(rows: list[dict[str, Any]]) -> Path:
+    """Write the rows' :data:`COLUMNS` to ``--output`` (times and errors to 6 decimals); its path."""
+    output = Path(FLAGS.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
+    return output
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
     from tfplace.estimator.calibration import calibrate_local_cluster
@@ -249,13 +261,7 @@ def main(argv: Sequence[str]) -> None:
         link, overhead = devices.inter_host, devices.step_overhead
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
-    output = Path(FLAGS.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
+    output = write_rows(rows)
     print(
         f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us, "
         f"CPU on each side {link.copy_b * 1e6:.0f} us + {link.copy_k:.3e} s/B, "

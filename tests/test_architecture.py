@@ -19,7 +19,7 @@ MAY_IMPORT = {
     "tfplace.simulator": {"tfplace.core", "tfplace.simulator"},
     "tfplace.split": {"tfplace.core", "tfplace.simulator", "tfplace.split"},
     "tfplace.placer": {"tfplace.core", "tfplace.simulator", "tfplace.split", "tfplace.placer"},
-    "tfplace.tf_graph": {"tfplace.core", "tfplace.tf_graph"},
+    "tfplace.tf_graph": {"tfplace.core", "tfplace.split", "tfplace.tf_graph"},
     "tfplace.estimator": {"tfplace.core", "tfplace.tf_graph", "tfplace.estimator"},
     "tfplace": {
         "tfplace.core",

@@ -402,3 +402,21 @@ def test_place_and_simulate_say_which_device_runs_out_of_memory_in_the_simulated
 
     for out in (placed, simulated):
         assert "runs out of memory in the simulated step" in out and "% OVER)" in out
+
+
+@pytest.mark.tensorflow
+def test_run_runs_a_split_plan_by_rewriting_the_graph_into_pieces(tmp_path, capsys):
+    from tfplace.tf_graph.split_rewrite import uniform_plan
+
+    plan_path = tmp_path / "plan.json"
+    uniform_plan(CNN, ["/device:CPU:0", "/device:CPU:1"], "batch", batch_size=4).save(plan_path)
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", plan_path, "--batch_size=4", "--steps=2", "--warmup_steps=1"
+    )
+
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "of which pieces" in out and "split into pieces" in out
+    assert "every op ran on the device the placement gave it" in out

@@ -92,5 +92,5 @@ def test_the_data_parallel_placer_is_reached_by_name_and_reports_its_pieces():
     graph = small_cnn_graph()
     placement = place_cost_graph(graph, GPUS, placer="data_parallel")
     assert placement.pieces["conv"] == tuple(GPUS.names)
-    assert placement.step_time == placement.details["split_plan"].step_time > 0
+    assert placement.step_time == placement.split_plan.step_time > 0
     assert "split into pieces" in placement.summary()

@@ -15,9 +15,12 @@ from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.placement import Placement, register_graph_writer
 from tfplace.core.transfer import TransferModel
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.tf_graph.apply import apply_placement
+from tfplace.split.plan import SplitPlan
+from tfplace.tf_graph.split_rewrite import write_graph
 
-register_graph_writer(apply_placement)  # Placement.apply writes TensorFlow graphs (docs/architecture.md)
+register_graph_writer(
+    write_graph
+)  # Placement.apply and SplitPlan.apply write TensorFlow graphs (docs/architecture.md)
 
 __all__ = [
     "PLACERS",
@@ -26,6 +29,7 @@ __all__ = [
     "Device",
     "DeviceSet",
     "Placement",
+    "SplitPlan",
     "TransferModel",
     "__version__",
     "estimate_costs",

@@ -208,7 +208,7 @@ def run_placement(
     if cluster is None and session_target_kind(placement) == "in_process":
         check_local_devices(placement)
     placed_graph, run_fetches, feeds, initializer = _placed_copy(
-        graph, placement, fetches, feed_fn(batch_size), init_op
+        graph, placement, fetches, feed_fn(batch_size), init_op, batch_size
     )
     run = _Run(steps, warmup_steps, traced_steps, progress)
     if cluster is not None:
@@ -228,20 +228,25 @@ def run_placement(
 
 
 def _placed_copy(
-    graph: Any, placement: Placement, fetches: Any, feeds: Mapping[Any, Any], init_op: Any
+    graph: Any, placement: Placement, fetches: Any, feeds: Mapping[Any, Any], init_op: Any, batch_size: int
 ) -> tuple[Any, Any, dict[str, Any], list[Any]]:
-    """A new graph with the placement's devices, the fetches by name, validated feeds, initializer."""
+    """A new graph with the placement's devices (rewritten into pieces when it came from a split
+    plan, at ``batch_size``), the fetches by name, validated feeds, initializer."""
     import tensorflow as tf
 
     from tfplace.estimator.profiler import fetch_closure, validate_feeds
     from tfplace.tf_graph.apply import apply_placement
     from tfplace.tf_graph.importer import load_graph
     from tfplace.tf_graph.session import default_initializers
+    from tfplace.tf_graph.split_rewrite import apply_split_plan
 
     source = load_graph(graph)
     with source.as_default():
         meta = tf.compat.v1.train.export_meta_graph()
-    placed = load_graph(apply_placement(placement, meta))
+    if placement.split_plan is not None:
+        placed = load_graph(apply_split_plan(placement.split_plan, meta, batch_size))
+    else:
+        placed = load_graph(apply_placement(placement, meta))
     by_name = tf.nest.map_structure(lambda f: f if isinstance(f, str) else f.name, fetches)
     elements = [placed.as_graph_element(name) for name in tf.nest.flatten(by_name)]
     arrays = validate_feeds(placed, feeds, [])  # keyed by tensor name
@@ -272,7 +277,8 @@ def check_local_devices(placement: Placement) -> None:
 def _local_config(placement: Placement) -> Any:
     from tfplace.tf_graph.session import virtual_cpu_config
 
-    specs = [DeviceName.parse(d) for d in placement.assignment.values()]
+    pieces = [d for devices in placement.pieces.values() for d in devices]
+    specs = [DeviceName.parse(d) for d in [*placement.assignment.values(), *pieces]]
     return virtual_cpu_config(1 + max((spec.index for spec in specs if spec.kind == "CPU"), default=0))
 
 

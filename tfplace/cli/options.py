@@ -173,7 +173,10 @@ COST_GRAPH = _flag(
     "--graph; simulate, run: the costs to simulate with.",
 )
 PLACEMENT = _flag(
-    flags.DEFINE_string, "placement", None, "Placement JSON (from tfplace place --placement_out)."
+    flags.DEFINE_string,
+    "placement",
+    None,
+    "Placement JSON (from tfplace place --placement_out); run: also a split plan JSON (SplitPlan.save).",
 )
 PRIORITY = _flag(
     flags.DEFINE_enum,

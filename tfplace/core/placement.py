@@ -23,12 +23,14 @@ __all__ = [
     "GraphWriter",
     "Placement",
     "PlacementError",
+    "graph_writer",
     "register_graph_writer",
     "simulated_memory_warnings",
 ]
 
-GraphWriter = Callable[["Placement", Any], Any]
-"""``writer(placement, graph) -> placed graph``: writes a placement into a framework's graph."""
+GraphWriter = Callable[[Any, Any], Any]
+"""``writer(placement, graph) -> placed graph``: writes a placement (or a split plan) into a
+framework's graph."""
 
 _graph_writer: list[GraphWriter] = []
 
@@ -37,6 +39,13 @@ def register_graph_writer(writer: GraphWriter) -> None:
     """Make :meth:`Placement.apply` write with ``writer``. Importing :mod:`tfplace` registers
     :func:`tfplace.tf_graph.apply.apply_placement`, so that the core never imports TensorFlow's side."""
     _graph_writer[:] = [writer]
+
+
+def graph_writer() -> GraphWriter:
+    """The registered writer; :meth:`Placement.apply` and a split plan's ``apply`` write with it."""
+    if not _graph_writer:
+        raise PlacementError("no graph writer is registered: import tfplace to write placements into graphs")
+    return _graph_writer[0]
 
 
 SIMULATED_OUT_OF_MEMORY = "runs out of memory in the simulated step"
@@ -81,6 +90,10 @@ class Placement:
     pieces : dict
         Devices of the pieces of each op a split plan runs in pieces (:class:`tfplace.split.plan.SplitPlan`),
         by op name; ``assignment`` holds the first piece's device. Empty for a placement of whole ops.
+    split_plan : object or None
+        The split plan (:class:`tfplace.split.plan.SplitPlan`) this placement summarizes, when it
+        came from one: :meth:`apply` then rewrites the graph into the plan's pieces. Not saved by
+        :meth:`save` (save the plan itself).
     details : dict
         Placer-specific facts (:attr:`tfplace.placer.PlacerOutput.details`: Celeritas' cluster
         count and CCR after fusion, ...); not saved by :meth:`save`.
@@ -97,6 +110,7 @@ class Placement:
     warnings: list[str] = field(default_factory=list)
     cost_graph: CostGraph | None = field(default=None, repr=False, compare=False)
     pieces: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    split_plan: Any = field(default=None, repr=False, compare=False)
     details: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def device_fn(self, default: str = "") -> Callable[[Any], str]:
@@ -114,13 +128,10 @@ class Placement:
 
     def apply(self, graph: Any) -> Any:
         """Write the devices into a ``tf.Graph`` (in place) or a ``GraphDef`` / ``MetaGraphDef``
-        (returns a placed copy). See :func:`tfplace.tf_graph.apply.apply_placement`, the writer
+        (returns a placed copy); with a :attr:`split_plan`, return the graph rewritten into its
+        pieces. See :func:`tfplace.tf_graph.apply.apply_placement`, the writer
         :func:`register_graph_writer` was given."""
-        if not _graph_writer:
-            raise PlacementError(
-                "no graph writer is registered: import tfplace to write placements into graphs"
-            )
-        return _graph_writer[0](self, graph)
+        return graph_writer()(self, graph)
 
     @property
     def device_names(self) -> list[str]:

@@ -1,7 +1,7 @@
 """Placers whose placements split ops (:mod:`tfplace.split`): a split plan made by one of the split
 layer's planners, simulated with its pieces (:func:`tfplace.split.expand.simulate_plan`) and returned
 as a :class:`~tfplace.core.placement.Placement` whose ``pieces`` name the split ops' devices and whose
-``details["split_plan"]`` holds the plan. Memory is judged by that simulation, not the static model.
+``split_plan`` holds the plan (:meth:`~tfplace.core.placement.Placement.apply` rewrites a graph into its pieces). Memory is judged by that simulation, not the static model.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def plan_placement(
         busy = {d.name: float(b) for d, b in zip(devices.all_devices, result.busy_time) if b}
     placement = plan.to_placement()
     placement.cost_graph = graph
-    placement.details = {"split_plan": plan, "memory_model": "simulated"}
+    placement.details = {"memory_model": "simulated"}
     if plan.step_time:
         placement.utilization = {name: seconds / plan.step_time for name, seconds in busy.items()}
     placement.warnings = simulated_memory_warnings(plan.peak_memory, devices)

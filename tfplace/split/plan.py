@@ -20,7 +20,7 @@ import networkx as nx
 
 from tfplace.core.costgraph import atomic_write_text
 from tfplace.core.devices import DeviceSet
-from tfplace.core.placement import Placement
+from tfplace.core.placement import Placement, graph_writer
 from tfplace.split.rules import BATCH, REPLICA, SplitRule, can_replicate, op_rules
 
 __all__ = ["OpSplit", "SplitPlan", "dimension_size", "inputs_known", "rule_of"]
@@ -55,6 +55,8 @@ class SplitPlan:
 
     ``step_time``, ``peak_memory`` and ``bytes_moved`` come from simulating the plan
     (:func:`tfplace.split.expand.simulate_plan`); ``search_seconds`` is the time the search took.
+    ``batch_size`` is the batch the plan's pieces cut (the cost graph's), which a graph whose
+    placeholders leave the batch unknown takes when the plan is applied.
     """
 
     splits: dict[str, OpSplit]
@@ -64,6 +66,13 @@ class SplitPlan:
     peak_memory: dict[str, int] = field(default_factory=dict)
     bytes_moved: int = 0
     search_seconds: float = 0.0
+    batch_size: int | None = None
+
+    def apply(self, graph: Any) -> Any:
+        """Rewrite ``graph`` (``tf.Graph``, ``GraphDef``, ``MetaGraphDef``) into the plan's pieces on their
+        devices: a new graph, the user's untouched (:mod:`tfplace.tf_graph.split_rewrite`, through the
+        writer registered with :func:`tfplace.core.placement.register_graph_writer`)."""
+        return graph_writer()(self, graph)
 
     @classmethod
     def from_placement(cls, placement: Placement) -> SplitPlan:
@@ -90,6 +99,7 @@ class SplitPlan:
             peak_memory=dict(self.peak_memory),
             placement_seconds=self.search_seconds,
             pieces={op: split.devices for op, split in self.split_ops.items()},
+            split_plan=self,
         )
 
     def validate(self, graph: nx.DiGraph) -> None:
@@ -153,6 +163,7 @@ class SplitPlan:
             "peak_memory": self.peak_memory,
             "bytes_moved": self.bytes_moved,
             "search_seconds": self.search_seconds,
+            "batch_size": self.batch_size,
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -176,6 +187,7 @@ class SplitPlan:
             peak_memory=dict(document.get("peak_memory", {})),
             bytes_moved=int(document.get("bytes_moved", 0)),
             search_seconds=float(document.get("search_seconds", 0.0)),
+            batch_size=document.get("batch_size"),
         )
 
     @classmethod

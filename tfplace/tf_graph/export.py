@@ -4,7 +4,9 @@
   (text ``GraphDef``) or ``.meta`` (binary ``MetaGraphDef`` with the graph's collections, so that
   its variables and ``train_op`` are found again when it is read back). Devices are kept.
 - :func:`write_tensorboard_graph` writes an event file whose graph TensorBoard's *Graphs* tab
-  shows; with *Color: Device* it colors every op by the device the placement gave it.
+  shows; with *Color: Device* it colors every op by the device the placement gave it. A graph
+  rewritten by a split plan (:func:`~tfplace.tf_graph.split_rewrite.split_graph`) shows each split
+  op as a group of its pieces (``conv/piece0``, ``conv/piece1``, ...), each colored by its device.
 """
 
 from __future__ import annotations

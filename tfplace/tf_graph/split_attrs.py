@@ -56,8 +56,7 @@ def _keeps_axis0(op: Any) -> bool | None:
         # whose result still leads with the unknown batch is taken to keep all of it (a concat's
         # gradient slicing channels), since a begin computed at run time is not known here.
         return (
-            before[0] is None
-            and after[0] is None
+            before[0] == after[0]  # both unknown (the batch), or the same static size
             and before[1:].is_fully_defined()
             and after[1:].is_fully_defined()
         )

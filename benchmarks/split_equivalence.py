@@ -1,0 +1,174 @@
+"""Split plans run in TensorFlow compute what the unsplit graph computes: inference and training.
+
+Inference: tf_keras ResNet50, MobileNetV2 and InceptionV3 (``weights=None``, small images) in graph
+mode, forward only, split by forced plans (every op the rewrite can split along the batch; every
+convolution on its output channels; every convolution and pooling along the height, with halos) on
+virtual CPUs. Training: the benchmark models (small variants) and the saved test graphs, split
+along the batch (weight gradients summed by AddN before the update), 20 steps, on virtual CPUs and
+on two loopback workers. Each row prints the largest deviation (relative to the value's scale) of
+any fetched value or weight, and how many pieces ran on their planned device.
+
+    .venv/bin/python benchmarks/split_equivalence.py [--inference] [--training] [--cluster] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import tensorflow as tf
+
+from tfplace.split.rules import BATCH, CHANNEL, HEIGHT
+from tfplace.tf_graph.cluster import LocalCluster
+from tfplace.tf_graph.session import virtual_cpu_config
+from tfplace.tf_graph.split_check import compare_split
+from tfplace.tf_graph.split_rewrite import uniform_plan
+
+TOLERANCE = 1e-4
+"""Largest deviation accepted, relative to the larger of 1 and the value's largest magnitude."""
+
+APPLICATIONS = {"ResNet50": 32, "MobileNetV2": 32, "InceptionV3": 75}
+"""tf_keras application -> the smallest image side it accepts."""
+
+FORCED = {
+    "batch": lambda graph: None,
+    "channel": lambda graph: {op.name: CHANNEL for op in graph.get_operations() if op.type == "Conv2D"},
+    "height": lambda graph: {
+        op.name: HEIGHT for op in graph.get_operations() if op.type in ("Conv2D", "MaxPool", "AvgPool")
+    },
+}
+"""Forced plan -> the ops it splits (``None``: every op that splits along the batch)."""
+
+
+def keras_inference(name: str, batch: int) -> tuple[Any, str, dict[str, np.ndarray]]:
+    """A forward-only graph of a tf_keras application, its output's name and a feed."""
+    import tf_keras
+
+    tf.compat.v1.disable_eager_execution()
+    side = APPLICATIONS[name]
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(1)
+        images = tf.compat.v1.placeholder(tf.float32, [batch, side, side, 3], name="images")
+        model = getattr(tf_keras.applications, name)(weights=None, input_shape=(side, side, 3), classes=10)
+        output = model(images, training=False)
+    feeds = {"images:0": np.random.default_rng(0).uniform(-1, 1, (batch, side, side, 3)).astype(np.float32)}
+    return graph, output.name, feeds
+
+
+def forced_plan(graph: Any, devices: list[str], kind: str, batch_size: int | None = None) -> Any:
+    ops = FORCED[kind](graph)
+    return uniform_plan(graph, devices, BATCH if kind == "batch" else "", ops=ops, batch_size=batch_size)
+
+
+def report(label: str, check: Any, seconds: float) -> bool:
+    ok = check.max_deviation <= TOLERANCE and not check.misplaced and check.pieces_run > 0
+    print(
+        f"{label:<40} max deviation {check.max_deviation:9.2e} ({check.worst}); fetched values at step 1 "
+        f"{check.step_deviations[0]:8.1e}, at step {len(check.step_deviations)} {check.step_deviations[-1]:8.1e}"
+        f"  pieces in step stats on "
+        f"their device {check.pieces_run - len(check.misplaced)}, elsewhere {len(check.misplaced)}, absent "
+        f"(fused or pruned by TF) {check.pieces_in_step - check.pieces_run}  kept whole {len(check.kept_whole)}"
+        f"  {seconds:5.1f}s  {'ok' if ok else 'FAIL'}",
+        flush=True,
+    )
+    return ok
+
+
+def inference(devices: int) -> bool:
+    names = [f"/device:CPU:{i}" for i in range(devices)]
+    ok = True
+    for name in APPLICATIONS:
+        graph, output, feeds = keras_inference(name, batch=4)
+        for kind in FORCED:
+            started = time.perf_counter()
+            plan = forced_plan(graph, names, kind)
+            check = compare_split(graph, plan, [output], feeds, steps=1, config=virtual_cpu_config(devices))
+            ok &= report(f"{name} forward, {kind} split x{devices}", check, time.perf_counter() - started)
+    return ok
+
+
+def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], int]]:
+    """(label, graph, fetches, feeds, batch) of every training graph: the models and the test graphs."""
+    import json
+
+    from helpers import SMALL_MODELS, feed_function
+    from models import build_model
+    from tfplace.tf_graph.importer import load_graph
+
+    tf.compat.v1.disable_eager_execution()
+    cases = []
+    batch = 4
+    for model, knobs in sorted(SMALL_MODELS.items()):
+        spec = build_model(model, **knobs)
+        cases.append((model, spec.graph, [spec.loss, spec.train_op], spec.feed_fn(batch), batch))
+    data = Path(__file__).resolve().parents[1] / "tests" / "data"
+    entries = json.loads((data / "graphs.json").read_text())
+    for key, entry in sorted(entries.items()):
+        graph = load_graph(data / entry["file"])
+        fetches = [entry["loss"], entry["train_op"]] if "loss" in entry else [entry["train_op"]]
+        cases.append((key, graph, fetches, feed_function(entry)(batch), batch))
+    return cases
+
+
+def training(steps: int, cluster: bool) -> bool:
+    ok = True
+    for label, graph, fetches, feeds, batch in training_cases():
+        try:
+            ok &= train_case(label, graph, fetches, feeds, batch, steps, cluster)
+        except Exception as error:  # one failing graph does not hide the others' rows
+            print(f"{label} training: FAIL {type(error).__name__}: {str(error).splitlines()[0]}", flush=True)
+            ok = False
+    return ok
+
+
+def train_case(
+    label: str, graph: Any, fetches: list[str], feeds: Any, batch: int, steps: int, cluster: bool
+) -> bool:
+    """Train ``graph`` and its batch split over two devices ``steps`` steps; print the row."""
+    started = time.perf_counter()
+    if not cluster:
+        plan = uniform_plan(graph, ["/device:CPU:0", "/device:CPU:1"], BATCH, batch_size=batch)
+        config = virtual_cpu_config(2)
+        check = compare_split(graph, plan, fetches, feeds, steps=steps, config=config, batch_size=batch)
+        return report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started)
+    with LocalCluster(2) as workers:
+        plan = uniform_plan(graph, [workers.device(0), workers.device(1)], BATCH, batch_size=batch)
+        check = compare_split(
+            graph, plan, fetches, feeds, steps=steps, config=None, target=workers.target, batch_size=batch
+        )
+    return report(f"{label} training, batch x2 workers", check, time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--inference", action="store_true")
+    parser.add_argument("--training", action="store_true")
+    parser.add_argument("--cluster", action="store_true", help="train on two loopback workers too")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--devices", type=int, default=2)
+    args = parser.parse_args(argv)
+    everything = not (args.inference or args.training)
+    ok = True
+    if args.inference or everything:
+        ok &= inference(args.devices)
+    if args.training or everything:
+        ok &= training(args.steps, cluster=False)
+        if args.cluster or everything:
+            ok &= training(args.steps, cluster=True)
+    print(
+        f"tolerance {TOLERANCE:g} (relative to max(1, |value|)): {'all within' if ok else 'SOME ROWS FAIL'}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Fidelity of the plan simulator: simulated against measured step time of split plans.
+
+As ``benchmarks/fidelity.py`` does for placements (same flags, same calibration of the loopback
+cluster, same measuring in turns while the machine is quiet), for split plans over two loopback
+workers: ``batch`` (every op that processes examples split along the batch, weight gradients
+summed: data parallelism), ``channel`` (every convolution and its gradients on output channels),
+``height`` (every convolution and pooling along the height, halos exchanged), and ``single`` (one
+worker, for reference). The step is simulated with :func:`tfplace.split.expand.simulate_plan` on
+the profiled costs (the cost graph gains the split fields with
+:func:`tfplace.tf_graph.split_attrs.annotate_split_fields`) and measured by running the rewritten
+graph (:func:`tfplace.runner.run_placement` of the plan's placement). Writes ``--output``
+(``model,placement,simulated_s,measured_s,error``). Run from the repository root:
+
+    PYTHONPATH=. .venv/bin/python benchmarks/split_fidelity.py --repeats=3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from absl import app, flags, logging
+
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, STATISTICS, load, run_once, wait_for_quiet, write_rows
+
+flags.DEFINE_list("plans", ["single", "batch", "channel", "height"], "Split plans to simulate and run.")
+FLAGS.set_default("models", ["tensor_holography", "inception_v3"])
+FLAGS.set_default("output", "results/split_fidelity.csv")
+
+
+def plans(graph: Any, devices: list[str], batch: int) -> dict[str, Any]:
+    """Each plan of ``--plans`` over ``devices`` on the model's graph."""
+    from tfplace.split.rules import BATCH, CHANNEL, HEIGHT
+    from tfplace.tf_graph.split_rewrite import uniform_plan
+
+    convolutions = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+    forced = {
+        "single": {},
+        "channel": {op.name: CHANNEL for op in graph.get_operations() if op.type in convolutions},
+        "height": {op.name: HEIGHT for op in graph.get_operations() if op.type in ("Conv2D", "MaxPool")},
+    }
+    return {
+        name: uniform_plan(graph, devices, BATCH, batch_size=batch, ops=forced.get(name))
+        for name in FLAGS.plans
+    }
+
+
+def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]:
+    from models import build_model
+    from tfplace.api import estimate_costs
+    from tfplace.split.expand import simulate_plan
+    from tfplace.split.plan import SplitPlan
+    from tfplace.tf_graph.split_attrs import annotate_split_fields
+    from tfplace.tf_graph.split_rewrite import static_graph
+
+    knobs, batch = MODEL_SIZES[name]
+    spec = build_model(name, **knobs)
+    wait_for_quiet()
+    estimate = estimate_costs(spec.graph, spec.train_op, spec.feed_fn, batch, profile_batch_sizes=[batch])
+    cost_graph = estimate.cost_graph
+    annotate_split_fields(cost_graph, static_graph(spec.graph, batch))  # the attributes the rewrite sees
+    cost_graph.set_transfer_model(devices.typical_link)
+    rows = {}
+    for plan_name, plan in plans(spec.graph, list(devices.names), batch).items():
+        plan.devices = devices
+        in_step = SplitPlan({op: plan.splits[op] for op in cost_graph}, devices, batch_size=batch)
+        result, _ = simulate_plan(cost_graph, in_step)
+        rows[plan_name] = {
+            "model": name,
+            "placement": plan_name,
+            "simulated_s": result.makespan,
+            "plan": plan,
+            "runs": [],
+            "loads": [],
+            "pieces": len(in_step.split_ops),
+        }
+    for _ in range(FLAGS.repeats):
+        for row in rows.values():
+            report = run_once(spec, batch, row["plan"].to_placement(), cluster, None, row["loads"])
+            row["runs"].append(report.mean_step_time)
+    for row in rows.values():
+        row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
+        row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
+        logging.info(
+            "%s/%s: simulated %.4f s, measured %.4f s",
+            name,
+            row["placement"],
+            row["simulated_s"],
+            row["measured_s"],
+        )
+    return list(rows.values())
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    from tfplace.estimator.calibration import calibrate_local_cluster
+    from tfplace.tf_graph.cluster import LocalCluster
+
+    rows = []
+    with LocalCluster(FLAGS.workers) as cluster:
+        wait_for_quiet()
+        calibration_load = load()
+        devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
+        for name in FLAGS.models:
+            rows += measure_model(name, cluster, devices)
+    output = write_rows(rows)
+    print(f"calibrated at load {calibration_load}")
+    print(output.read_text(), end="")
+    print("model,plan,split ops in the step,mean step time of each run [s],load before -> after each run")
+    for row in rows:
+        runs = " ".join(f"{m:.4f}" for m in row["runs"])
+        print(f"{row['model']},{row['placement']},{row['pieces']},{runs},{'; '.join(row['loads'])}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,133 @@
+"""Prove a split plan computes what the unsplit graph computes: run both, compare, check devices.
+
+:func:`compare_split` runs ``steps`` steps of the user's graph and of its rewrite
+(:func:`~tfplace.tf_graph.split_rewrite.split_graph`) from the same initial weights on the same
+feeds, then compares every fetched value of every step and every variable after the last step, and
+reads the last step's FULL_TRACE step stats of the rewrite: every piece must have run on its device.
+Works in one process (virtual CPUs) and on a :class:`~tfplace.tf_graph.cluster.LocalCluster`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tfplace.core.devices import DeviceName
+from tfplace.split.plan import SplitPlan
+from tfplace.tf_graph.importer import fetch_op_names, step_closure
+from tfplace.tf_graph.session import default_initializers, executed_devices
+from tfplace.tf_graph.split_rewrite import SplitRewrite, split_graph
+
+__all__ = ["SplitCheck", "compare_split", "deviation"]
+
+
+@dataclass
+class SplitCheck:
+    """How far the rewrite's values are from the original's, and where its pieces ran."""
+
+    max_deviation: float
+    worst: str
+    pieces_run: int
+    pieces_in_step: int
+    misplaced: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(piece, planned device, device it ran on)`` of every piece that ran elsewhere."""
+    kept_whole: dict[str, str] = field(default_factory=dict)
+    values: list[Any] = field(default_factory=list)
+    """The original graph's fetched values, one entry per step."""
+    step_deviations: list[float] = field(default_factory=list)
+    """Per step, the largest deviation of a fetched value: how a float difference of the first
+    steps grows (or not) over training."""
+
+
+def deviation(expected: Any, actual: Any) -> float:
+    """``max |expected - actual|`` relative to the larger of 1 and ``max |expected|``."""
+    expected, actual = np.asarray(expected, np.float64), np.asarray(actual, np.float64)
+    if expected.size == 0:
+        return 0.0
+    return float(np.max(np.abs(expected - actual)) / max(1.0, float(np.max(np.abs(expected)))))
+
+
+def _variables(graph: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return list(graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES))
+
+
+def _run(
+    graph: Any,
+    fetches: Sequence[str],
+    feeds: Mapping[str, Any],
+    steps: int,
+    config: Any,
+    target: str,
+    initial: list[Any] | None,
+) -> tuple[list[Any], list[Any], list[Any], Any]:
+    """Initial weights, per-step values, final weights and the last step's RunMetadata."""
+    import tensorflow as tf
+
+    variables = _variables(graph)
+    trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+        session.run(default_initializers(graph))
+        if initial is not None:  # the same starting weights, in one run of their initializers
+            session.run(
+                [v.initializer for v in variables],
+                {v.initializer.inputs[1]: value for v, value in zip(variables, initial)},
+            )
+        start = session.run(variables)
+        values = [session.run(list(fetches), dict(feeds)) for _ in range(steps - 1)]
+        values.append(session.run(list(fetches), dict(feeds), options=trace, run_metadata=metadata))
+        final = session.run(variables)
+    return start, values, final, metadata
+
+
+def _placement_check(
+    graph: Any, rewrite: SplitRewrite, fetches: Sequence[str], metadata: Any
+) -> tuple[int, int, list]:
+    in_step = step_closure(graph, fetch_op_names(graph, list(fetches)))
+    pieces = [piece for nodes in rewrite.pieces.values() for piece in nodes if piece in in_step]
+    ran = executed_devices(metadata, {op.name for op in graph.get_operations()})
+    misplaced = [
+        (piece, rewrite.devices[piece], ran[piece])
+        for piece in pieces
+        if piece in ran and DeviceName.parse(rewrite.devices[piece]) != DeviceName.parse(ran[piece])
+    ]
+    return sum(piece in ran for piece in pieces), len(pieces), misplaced
+
+
+def compare_split(
+    graph: Any,
+    plan: SplitPlan,
+    fetches: Sequence[str],
+    feeds: Mapping[str, Any],
+    *,
+    steps: int,
+    config: Any,
+    target: str = "",
+    batch_size: int | None = None,
+) -> SplitCheck:
+    """Run ``graph`` and its rewrite by ``plan`` ``steps`` times each and compare (module docstring).
+
+    ``fetches`` are names (``"loss:0"``, ``"train"``); ops fetched for their effect compare as ``None``.
+    """
+    if steps < 1:
+        raise ValueError(f"compare at least one step, got {steps}")
+    start, expected, final, _ = _run(graph, fetches, feeds, steps, config, target, None)
+    rewritten, rewrite = split_graph(plan, graph, batch_size)
+    _, actual, split_final, metadata = _run(rewritten, fetches, feeds, steps, config, target, start)
+    worst, where = 0.0, ""
+    per_step = []
+    for step, (want, got) in enumerate(zip(expected, actual)):
+        per_step.append(max((deviation(a, b) for a, b in zip(want, got) if a is not None), default=0.0))
+        for name, a, b in zip(fetches, want, got):
+            if a is not None and deviation(a, b) >= worst:
+                worst, where = deviation(a, b), f"{name} at step {step + 1}"
+    for variable, a, b in zip(_variables(graph), final, split_final):
+        if deviation(a, b) >= worst:
+            worst, where = deviation(a, b), f"{variable.name} after step {steps}"
+    run, in_step, misplaced = _placement_check(rewritten, rewrite, fetches, metadata)
+    return SplitCheck(worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected, per_step)
