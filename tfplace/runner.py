@@ -234,8 +234,8 @@ def _placed_copy(
     plan, at ``batch_size``), the fetches by name, validated feeds, initializer."""
     import tensorflow as tf
 
-    from tfplace.estimator.profiler import fetch_closure, validate_feeds
     from tfplace.tf_graph.apply import apply_placement
+    from tfplace.tf_graph.fetches import fetch_closure, validate_feeds
     from tfplace.tf_graph.importer import load_graph
     from tfplace.tf_graph.session import default_initializers
     from tfplace.tf_graph.split_rewrite import apply_split_plan

@@ -7,7 +7,7 @@ fetches, batch sizes, feeds and settings reads the stored result instead. The ke
 - the graph (:func:`graph_fingerprint`: the GraphDef serialized deterministically with every device
   field cleared, so placing a graph does not invalidate its profile but any other change does; the
   profiler passes the part of the graph the step runs, see
-  :func:`tfplace.estimator.profiler.step_graph_def`),
+  :func:`tfplace.tf_graph.fetches.step_graph_def`),
 - and every setting that changes the measurement: fetches, batch sizes, the shapes and dtypes of the
   feeds, warm-up and traced step counts, the session config (threads, optimizer settings), the
   TensorFlow version and the format of the stored document.
