@@ -3,20 +3,30 @@
 OptCNN (section 5) prices a configuration of every layer by ``t_c`` (its pieces' compute), ``t_x``
 (moving tensors between neighbouring layers' configurations) and ``t_s`` (synchronizing its weight's
 gradients). The coarse nodes are those of :func:`tfplace.split.coarsen.weight_groups` (Tofu section
-5.1); their configurations here are
+5.1: a weight with its reads, update, layer ops and their gradients); their configurations are
 
 * ``data parallel``: what :func:`tfplace.split.data_parallel.data_parallel_plan` does to the
-  layer's ops (pieces along the batch, the weight replicated, its gradient all-reduced), and
-* ``whole on device d``: every op of the layer on ``d``, which needs no all-reduce but gathers the
-  layer's inputs onto ``d``, runs its compute unsplit and scatters its outputs again.
+  layer's ops (pieces along the batch, the weight replicated, its gradient all-reduced);
+* ``output features``: the layer's ops that can split on their output features (``channel``) do
+  so over all devices, each of its other ops then taking, in topological order, the cheapest of
+  its own, ``channel``, ``reduction`` and replicas (OptCNN's parameter split; the weight is read in
+  slices of its replicas, its gradient gathered instead of all-reduced);
+* ``whole on device d``: every op of the layer on ``d`` (no all-reduce; the layer's inputs are
+  gathered onto ``d``, its compute unsplit, its outputs scattered again).
+
+Edges are priced by :func:`edge_seconds` on the target devices' typical link (the simulator's
+transfer model: seconds a byte and a latency a message), a tensor once per layout it is brought
+into, as :func:`tfplace.split.expand.expand_plan` does.
 
 The coarse graphs of training steps do not reduce under Algorithm 1's node and edge eliminations
-(the backward pass joins every layer to its forward neighbours and the loss), so the search is the
-documented fallback: one coordinate-descent sweep over the coarse nodes from the data-parallel plan,
-each node taking the configuration of least ``t_c + t_x + t_s`` with its neighbours fixed (edges
-priced by :func:`edge_seconds` on the target devices' link, the simulator's transfer model), the
-whole-layer configurations going to the device least loaded by the layers already moved (BBGraP's
-balance: device load is measured in seconds at its speed).
+(the backward pass joins every layer to its forward neighbours, the loss and the gradient clipping),
+so the search is the documented fallback: one coordinate-descent sweep over the coarse nodes in
+topological order from the data-parallel plan, each taking the configuration of least
+``t_c + t_x + t_s`` with its neighbours fixed, whole layers going to the device least loaded by the
+layers already moved (devices of different speeds: load in seconds at the device's speed, batch
+pieces proportional to the speeds as BBGraP balances them). A last pass runs replicated ops outside
+the layers (shape ops, constants, the clipping of replicated gradients) whole on the least-loaded
+device when that is cheaper (:func:`_spread_replicas`).
 
 :func:`layerwise_plan` then *selects*: it simulates the searched plan, data parallelism, one device
 and any whole-op placement given, and returns the fastest whose simulated peak fits every device
@@ -36,8 +46,8 @@ from tfplace.split.coarsen import weight_groups
 from tfplace.split.costs import piece_time
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
-from tfplace.split.plan import OpSplit, SplitPlan, rule_of
-from tfplace.split.rules import PARTIAL, REPLICA, SHAPE_OPS
+from tfplace.split.plan import OpSplit, SplitPlan, dimension_size, inputs_known, rule_of
+from tfplace.split.rules import CHANNEL, PARTIAL, REDUCTION, REPLICA, SHAPE_OPS, can_replicate, op_rules
 
 __all__ = ["edge_seconds", "layerwise_plan", "search_plan"]
 
@@ -58,8 +68,8 @@ def edge_seconds(
         if target.startswith(WHOLE):
             return 0.0 if source == target else nbytes * per_byte + latency
         return nbytes * per_byte + latency if target == REPLICAS else slices
-    if source == SPLIT:
-        return slices
+    if source.startswith(SPLIT):
+        return nbytes * (k - 1) / k / k * per_byte + (k - 1) * latency if target.startswith(SPLIT) else slices
     # partial sums: summed onto one device, reduce-scattered, or all-reduced.
     if target.startswith(WHOLE):
         return nbytes * (k - 1) * per_byte + (k - 1) * latency
@@ -72,7 +82,10 @@ def _writes(graph: nx.DiGraph, op: str, split: OpSplit, slot: int) -> str:
     if split.dimension == REPLICA:
         return REPLICAS
     rule = rule_of(graph, op, split)
-    return PARTIAL_SUM if rule is not None and rule.write(slot) == PARTIAL else SPLIT
+    if rule is None:
+        return SPLIT
+    layout = rule.write(slot)
+    return PARTIAL_SUM if layout == PARTIAL else f"{SPLIT}({layout.axis})"
 
 
 def _reads(graph: nx.DiGraph, op: str, split: OpSplit, producer: str, slot: int) -> str:
@@ -83,8 +96,8 @@ def _reads(graph: nx.DiGraph, op: str, split: OpSplit, producer: str, slot: int)
         return REPLICAS
     inputs = graph.nodes[op].get("inputs") or [(producer, slot)]
     index = next((i for i, edge in enumerate(inputs) if tuple(edge) == (producer, slot)), 0)
-    kind = rule.read(index).kind
-    return {"replicated": REPLICAS, "partial": PARTIAL_SUM}.get(kind, SPLIT)
+    layout = rule.read(index)
+    return {"replicated": REPLICAS, "partial": PARTIAL_SUM}.get(layout.kind, f"{SPLIT}({layout.axis})")
 
 
 def _edges(graph: nx.DiGraph, ops: Iterable[str]) -> list[tuple[str, str, int]]:
@@ -117,19 +130,69 @@ def _group_seconds(
             / speeds.get(device, 1.0)
             for device, share in zip(split.devices, split.shares)
         )
-    for u, v, slot in _edges(graph, group):
+    moves = {
+        (u, slot, _writes(graph, u, splits[u], slot), _reads(graph, v, splits[v], u, slot)): max(
+            splits[u].degree, splits[v].degree
+        )
+        for u, v, slot in _edges(graph, group)
+    }  # a tensor brought into one layout once serves every reader of that layout, as expand_plan does
+    for (u, slot, source, target), degree in moves.items():
         sizes = graph.nodes[u]["output_sizes"]
         nbytes = sizes[slot] if slot < len(sizes) else 0
-        degree = max(splits[u].degree, splits[v].degree)
-        seconds += edge_seconds(
-            nbytes,
-            _writes(graph, u, splits[u], slot),
-            _reads(graph, v, splits[v], u, slot),
-            degree,
-            link.k,
-            link.b,
-        )
+        seconds += edge_seconds(nbytes, source, target, degree, link.k, link.b)
     return seconds
+
+
+def _op_choices(
+    graph: nx.DiGraph, op: str, names: tuple[str, ...], shares: tuple[float, ...]
+) -> list[OpSplit]:
+    """The ways to run ``op`` over all devices other than the batch: its output features
+    (``channel``), its contraction (``reduction``, partial results) or replicas."""
+    attrs = graph.nodes[op]
+    rules = op_rules(attrs["op_type"], attrs.get("attrs"))
+    choices = [
+        OpSplit(names, dimension, shares)
+        for dimension in (CHANNEL, REDUCTION)
+        if dimension in rules
+        and inputs_known(graph, op, rules[dimension])
+        and (dimension_size(graph, op, dimension) or 0) >= len(names)
+    ]
+    if can_replicate(attrs["op_type"]):
+        choices.append(OpSplit(names, REPLICA))
+    return choices
+
+
+def _feature_split(
+    graph: nx.DiGraph,
+    group: Sequence[str],
+    splits: dict[str, OpSplit],
+    devices: DeviceSet,
+    shares: tuple[float, ...],
+    speeds: Mapping[str, float],
+) -> dict[str, OpSplit] | None:
+    """OptCNN's parameter split of a layer: its ops that can split on their output features do so,
+    then each op of the group in turn takes the choice of :func:`_op_choices` (or keeps its own)
+    that makes the group cheapest with its neighbours fixed. ``None`` when no op splits so."""
+    names = tuple(devices.names)
+    current = {op: splits[op] for op in group}
+    seed = {
+        op: OpSplit(names, CHANNEL, shares)
+        for op in group
+        if CHANNEL in {c.dimension for c in _op_choices(graph, op, names, shares)}
+    }
+    if not seed:
+        return None
+    splits.update(seed)
+    for op in group:
+        options = [splits[op], current[op], *_op_choices(graph, op, names, shares)]
+        costs = []
+        for option in options:
+            splits[op] = option
+            costs.append(_group_seconds(graph, [op], splits, devices, speeds))
+        splits[op] = options[costs.index(min(costs))]
+    chosen = {op: splits[op] for op in group}
+    splits.update(current)
+    return chosen
 
 
 def search_plan(graph: nx.DiGraph, devices: DeviceSet, *, speeds: Sequence[float] | None = None) -> SplitPlan:
@@ -142,22 +205,62 @@ def search_plan(graph: nx.DiGraph, devices: DeviceSet, *, speeds: Sequence[float
     speed_of = dict(zip(names, speeds)) if speeds is not None else {}
     load = dict.fromkeys(names, 0.0)
     splits = plan.splits
-    for group in weight_groups(graph):
+    shares = (
+        tuple(w / sum(speeds) for w in speeds) if speeds is not None else (1.0 / len(names),) * len(names)
+    )
+    groups = weight_groups(graph)
+    for group in groups:
         current = {op: splits[op] for op in group}
         best = _group_seconds(graph, group, splits, devices, speed_of)
-        choice = None
-        for device in sorted(names, key=lambda d: (load[d], names.index(d))):
-            splits.update({op: OpSplit.whole(device) for op in group})
+        choice: dict[str, OpSplit] | None = None
+        feature = _feature_split(graph, group, splits, devices, shares, speed_of)
+        wholes = [
+            {op: OpSplit.whole(d) for op in group}
+            for d in sorted(names, key=lambda d: (load[d], names.index(d)))
+        ]
+        for option in [*([feature] if feature else []), *wholes]:
+            splits.update(option)
             seconds = _group_seconds(graph, group, splits, devices, speed_of)
             if seconds < best:
-                best, choice = seconds, device
+                best, choice = seconds, option
             splits.update(current)
         if choice is not None:
-            splits.update({op: OpSplit.whole(choice) for op in group})
-            load[choice] += sum(float(graph.nodes[op]["compute_time"]) for op in group) / speed_of.get(
-                choice, 1.0
-            )
+            splits.update(choice)
+            for op, split in choice.items():
+                if split.degree == 1:
+                    load[split.devices[0]] += float(graph.nodes[op]["compute_time"]) / speed_of.get(
+                        split.devices[0], 1.0
+                    )
+    _spread_replicas(graph, {op for group in groups for op in group}, splits, devices, load, speed_of)
     return plan
+
+
+def _spread_replicas(
+    graph: nx.DiGraph,
+    weighted: set[str],
+    splits: dict[str, OpSplit],
+    devices: DeviceSet,
+    load: dict[str, float],
+    speeds: Mapping[str, float],
+) -> None:
+    """Run a replicated op outside the weight groups (a shape op, a constant, an op on replicas'
+    results) whole on the least-loaded device when that is cheaper: a replica keeps every device busy
+    for its time, a whole op one device, which with the work balanced over the ``k`` devices adds
+    ``1/k`` of its time to the step, plus sending its outputs to its readers."""
+    names = tuple(devices.names)
+    for op in nx.topological_sort(graph):
+        if op in weighted or splits[op].dimension != REPLICA:
+            continue
+        replica = splits[op]
+        device = min(names, key=lambda d: (load[d], names.index(d)))
+        seconds = float(graph.nodes[op]["compute_time"]) / speeds.get(device, 1.0)
+        replicated = _group_seconds(graph, [op], splits, devices, speeds)
+        splits[op] = OpSplit.whole(device)
+        whole = _group_seconds(graph, [op], splits, devices, speeds) - seconds + seconds / len(names)
+        if whole < replicated:
+            load[device] += seconds
+        else:
+            splits[op] = replica
 
 
 def layerwise_plan(
