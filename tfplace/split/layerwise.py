@@ -171,7 +171,7 @@ def _feature_split(
     speeds: Mapping[str, float],
 ) -> dict[str, OpSplit] | None:
     """OptCNN's parameter split of a layer: its ops that can split on their output features do so,
-    then each op of the group in turn takes the choice of :func:`_op_choices` (or keeps its own)
+    then each other op of the group in turn takes the choice of :func:`_op_choices` (or keeps its own)
     that makes the group cheapest with its neighbours fixed. ``None`` when no op splits so."""
     names = tuple(devices.names)
     current = {op: splits[op] for op in group}
@@ -183,7 +183,7 @@ def _feature_split(
     if not seed:
         return None
     splits.update(seed)
-    for op in group:
+    for op in (op for op in group if op not in seed):
         options = [splits[op], current[op], *_op_choices(graph, op, names, shares)]
         costs = []
         for option in options:
