@@ -25,7 +25,7 @@ topological order from the data-parallel plan, each taking the configuration of 
 ``t_c + t_x + t_s`` with its neighbours fixed, whole layers going to the device least loaded by the
 layers already moved (devices of different speeds: load in seconds at the device's speed, batch
 pieces proportional to the speeds as BBGraP balances them). A last pass runs replicated ops outside
-the layers (shape ops, constants, the clipping of replicated gradients) whole on the least-loaded
+the layers (constants, the clipping of replicated gradients) and replicated shape ops whole on the least-loaded
 device when that is cheaper (:func:`_spread_replicas`).
 
 :func:`layerwise_plan` then *selects*: it simulates the searched plan, data parallelism, one device
@@ -243,13 +243,15 @@ def _spread_replicas(
     load: dict[str, float],
     speeds: Mapping[str, float],
 ) -> None:
-    """Run a replicated op outside the weight groups (a shape op, a constant, an op on replicas'
-    results) whole on the least-loaded device when that is cheaper: a replica keeps every device busy
+    """Run a replicated op outside the weight groups (a constant, an op on replicas' results) or a
+    replicated shape op anywhere whole on the least-loaded device when that is cheaper: a replica keeps every device busy
     for its time, a whole op one device, which with the work balanced over the ``k`` devices adds
     ``1/k`` of its time to the step, plus sending its outputs to its readers."""
     names = tuple(devices.names)
     for op in nx.topological_sort(graph):
-        if op in weighted or splits[op].dimension != REPLICA:
+        if splits[op].dimension != REPLICA or (
+            op in weighted and graph.nodes[op]["op_type"] not in SHAPE_OPS
+        ):
             continue
         replica = splits[op]
         device = min(names, key=lambda d: (load[d], names.index(d)))
