@@ -244,9 +244,9 @@ def _spread_replicas(
     speeds: Mapping[str, float],
 ) -> None:
     """Run a replicated op outside the weight groups (a constant, an op on replicas' results) or a
-    replicated shape op anywhere whole on the least-loaded device when that is cheaper: a replica keeps every device busy
-    for its time, a whole op one device, which with the work balanced over the ``k`` devices adds
-    ``1/k`` of its time to the step, plus sending its outputs to its readers."""
+    replicated shape op anywhere whole on the least-loaded device when that is cheaper: a replica
+    keeps every device busy for its time, a whole op one device, which with the work balanced over
+    the ``k`` devices adds ``1/k`` of its time to the step, plus sending its outputs to its readers."""
     names = tuple(devices.names)
     for op in nx.topological_sort(graph):
         if splits[op].dimension != REPLICA or (
