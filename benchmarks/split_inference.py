@@ -48,13 +48,13 @@ def forward_graph(graph: CostGraph, batch: int) -> CostGraph:
     forward = CostGraph(graph.subgraph(op for op in graph if op not in backward).copy())
     forward.graph.update(graph.graph)
     profiled = int(graph.graph["batch_size"])
-    forward.graph["batch_size"] = batch
     devices = DeviceSet.parse("/device:GPU:0-1", DEVICE_MODELS["V100-32GB"].memory)
-    examples = {
+    examples = {  # found at the profiled batch, which two devices can always split
         op
         for op, split in data_parallel_plan(forward, devices).splits.items()
         if split.dimension in ("batch", "reduction")
     }
+    forward.graph["batch_size"] = batch
     scale = batch / profiled
     for op in examples:
         node = forward.nodes[op]
