@@ -6,7 +6,10 @@ moved, peak memory per device and planning seconds of one device and of data par
 (:func:`tfplace.split.data_parallel.data_parallel_plan`, simulated by
 :func:`tfplace.split.expand.simulate_plan`), beside the best whole-op placement of
 ``results/table3_step_time.csv`` (``tfplace auto``, simulated on the same graphs by
-``run_experiments.py``). Then, on ``--unequal_speeds`` devices (a device of speed ``s`` runs every
+``run_experiments.py``), and the layer-wise plan (:func:`tfplace.split.layerwise.layerwise_plan`:
+the search, selected against data parallelism and one device by simulation; its row is named
+after the candidate chosen, its planning seconds include the selection's simulations, the targets
+table's search seconds are the search's alone). Then, on ``--unequal_speeds`` devices (a device of speed ``s`` runs every
 op in ``1/s`` of the graph's time), data parallelism with equal pieces and with pieces proportional
 to the speeds (BBGraP's balance). Run from the repository root:
 
@@ -30,6 +33,7 @@ from tfplace.core.tables import format_table
 from tfplace.core.units import format_bytes
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
+from tfplace.split.layerwise import layerwise_plan, search_plan
 from tfplace.split.plan import OpSplit, SplitPlan
 
 FLAGS = flags.FLAGS
@@ -63,7 +67,8 @@ def _peak(plan: SplitPlan, memory: int) -> str:
 
 
 def _unequal_rows(model: str, graph: CostGraph, memory: int, one_step: float) -> list[tuple[str, ...]]:
-    """Data parallelism on devices of ``--unequal_speeds``: equal pieces, then proportional ones."""
+    """On devices of ``--unequal_speeds``: data parallelism with equal pieces, with proportional ones, and
+    the layer-wise plan (its pieces proportional)."""
     speeds = [float(s) for s in FLAGS.unequal_speeds]
     devices = DeviceSet.parse(f"/device:GPU:0-{len(speeds) - 1}", memory, intra_host=graph.transfer_model)
     by_name = dict(zip(devices.names, speeds))
@@ -71,14 +76,17 @@ def _unequal_rows(model: str, graph: CostGraph, memory: int, one_step: float) ->
     for label, plan in (
         ("equal pieces", data_parallel_plan(graph, devices)),
         ("proportional pieces", data_parallel_plan(graph, devices, speeds=speeds)),
+        ("layer-wise", layerwise_plan(graph, devices, speeds=speeds)),
     ):
-        simulate_plan(graph, plan, speeds=by_name)
+        if label != "layer-wise":
+            simulate_plan(graph, plan, speeds=by_name)
         assert plan.step_time
         speed_list = "/".join(FLAGS.unequal_speeds)
+        name = plan.placer if label == "layer-wise" else f"data parallel, {label}"
         rows.append(
             (
                 model,
-                f"data parallel, speeds {speed_list}, {label}",
+                f"{name}, speeds {speed_list}",
                 f"{plan.step_time:.3f}",
                 f"{one_step / plan.step_time:.2f}x",
                 format_bytes(plan.bytes_moved),
@@ -89,8 +97,37 @@ def _unequal_rows(model: str, graph: CostGraph, memory: int, one_step: float) ->
     return rows
 
 
+def _targets(
+    model: str, one: float, parallel: float, best: str, layerwise: SplitPlan, searching: float
+) -> tuple[str, ...]:
+    """Issue 15's targets for one model: never slower than DP, one device or the best placement;
+    Inception V3 at least 3.5x one device; Transformer and NMT faster than DP; search under 10 s."""
+    step = layerwise.step_time or 0.0
+    misses = [
+        what
+        for what, held in (
+            ("slower than DP", step <= parallel),
+            ("slower than one device", step <= one),
+            ("slower than best placement", best == "-" or step <= float(best)),
+            ("< 3.5x one device", model != "inception_v3" or one / step >= 3.5),
+            ("not faster than DP", model not in ("nmt", "transformer") or step < parallel),
+            ("search >= 10 s", searching < 10),
+        )
+        if not held
+    ]
+    return (
+        model,
+        f"{parallel / step:.2f}x",
+        f"{one / step:.2f}x",
+        "-" if best == "-" else f"{float(best) / step:.2f}x",
+        f"{searching:.2f}",
+        "met" if not misses else "missed: " + ", ".join(misses),
+    )
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
+    targets = [("model", "layer-wise vs DP", "vs one device", "vs best placement", "search (s)", "targets")]
     rows = [("model", "plan", "step (s)", "vs one device", "bytes moved", "peak per device", "planning (s)")]
     memory = DEVICE_MODELS["V100-32GB"].memory
     for model in FLAGS.models:
@@ -104,8 +141,16 @@ def main(argv: Sequence[str]) -> None:
         parallel = data_parallel_plan(graph, devices)
         parallel.search_seconds = time.perf_counter() - start
         simulate_plan(graph, parallel)
-        assert one.step_time and parallel.step_time
-        for name, plan in (("one device", one), ("data parallel", parallel)):
+        start = time.perf_counter()
+        search_plan(graph, devices)
+        searching = time.perf_counter() - start
+        start = time.perf_counter()
+        layerwise = layerwise_plan(graph, devices)
+        layerwise.search_seconds = time.perf_counter() - start
+        assert one.step_time and parallel.step_time and layerwise.step_time
+        best = _best_placement(model)
+        targets.append(_targets(model, one.step_time, parallel.step_time, best, layerwise, searching))
+        for name, plan in (("one device", one), ("data parallel", parallel), (layerwise.placer, layerwise)):
             rows.append(
                 (
                     model,
@@ -117,11 +162,11 @@ def main(argv: Sequence[str]) -> None:
                     f"{plan.search_seconds:.2f}",
                 )
             )
-        rows.append((model, "best placement (auto, table 3)", _best_placement(model), "", "", "", ""))
+        rows.append((model, "best placement (auto, table 3)", best, "", "", "", ""))
         if FLAGS.unequal_speeds:
             rows.extend(_unequal_rows(model, graph, memory, one.step_time))
         print(f"{model}: planned and simulated", flush=True)
-    table = format_table(rows)
+    table = format_table(rows) + "\n\n" + format_table(targets)
     print(table)
     if FLAGS.out:
         atomic_write_text(FLAGS.out, table + "\n")

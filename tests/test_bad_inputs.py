@@ -87,7 +87,7 @@ def graph_with_a_big_group() -> CostGraph:
 
 #: Placers whose memory warnings come from the static estimate; auto's and data parallelism's come
 #: from the simulator.
-STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto", "data_parallel"})
+STATIC_MEMORY_PLACERS = sorted(set(PLACERS) - {"auto", "data_parallel", "layerwise"})
 
 
 @pytest.mark.parametrize("placer", STATIC_MEMORY_PLACERS)

@@ -51,7 +51,7 @@ from tfplace.placer.celeritas import DEFAULT_EXPLORATION_RANGE
 from tfplace.placer.fusion import fuse
 
 #: Placers of whole ops (``data_parallel`` splits ops into pieces: tests/test_split_*.py).
-ALL_PLACERS = sorted(set(PLACERS) - {"data_parallel"})
+ALL_PLACERS = sorted(set(PLACERS) - {"data_parallel", "layerwise"})
 #: Placers whose memory warnings come from the static estimate (auto judges memory by simulating).
 STATIC_MEMORY_PLACERS = [p for p in ALL_PLACERS if p != "auto"]
 FUSING = ("celeritas", "order_place")
@@ -322,7 +322,7 @@ from tfplace.core.synthetic import random_dag
 cases = json.loads(sys.argv[1])
 print(json.dumps([
     {p: place_cost_graph(random_dag(n, seed=s, group_fraction=0.3, cpu_only_fraction=0.1),
-                         DeviceSet.parse(spec, 4_000_000), p).assignment for p in sorted(PLACERS) if p != "data_parallel"}
+                         DeviceSet.parse(spec, 4_000_000), p).assignment for p in sorted(PLACERS) if p not in ("data_parallel", "layerwise")}
     for n, s, spec in cases
 ]))
 """

@@ -35,6 +35,7 @@ PLACERS: dict[str, str] = {
     "metis": "tfplace.placer.metis:metis",
     "auto": "tfplace.placer.auto:auto",
     "data_parallel": "tfplace.placer.split_plans:data_parallel",
+    "layerwise": "tfplace.placer.split_plans:layerwise",
 }
 """A placer marked ``splits_ops`` (:mod:`tfplace.split`) takes the cost graph itself and returns a
 :class:`Placement` whose ``pieces`` list the devices of split ops."""

@@ -266,7 +266,7 @@ def _candidates(
                 yield name, partial(_partition_placement, template, cut)
 
 
-SPLITTING = ("data_parallel",)
+SPLITTING = ("data_parallel", "layerwise")
 """Registered placers that split ops (:mod:`tfplace.split`): they are no candidate placements of whole ops."""
 
 

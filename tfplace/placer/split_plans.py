@@ -14,9 +14,10 @@ from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement, simulated_memory_warnings
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
+from tfplace.split.layerwise import layerwise_plan, search_plan
 from tfplace.split.plan import SplitPlan
 
-__all__ = ["data_parallel", "plan_placement"]
+__all__ = ["data_parallel", "layerwise", "plan_placement"]
 
 
 def plan_placement(
@@ -60,3 +61,30 @@ def data_parallel(
 
 
 data_parallel.splits_ops = True  # type: ignore[attr-defined]
+
+
+def layerwise(
+    graph: CostGraph,
+    devices: DeviceSet,
+    *,
+    simulate: bool = True,
+    speeds: Sequence[float] | None = None,
+    placements: Sequence[Placement] = (),
+) -> Placement:
+    """``placer="layerwise"``: :func:`tfplace.split.layerwise.layerwise_plan`, the layer-wise search
+    selected against data parallelism, one device and ``placements`` by simulation (already
+    simulated there, so not again here). Without ``simulate`` there is no selection: the searched
+    plan (:func:`tfplace.split.layerwise.search_plan`) unsimulated."""
+    if not simulate:
+        return plan_placement(
+            graph, devices, lambda: search_plan(graph, devices, speeds=speeds), simulate=False
+        )
+    return plan_placement(
+        graph,
+        devices,
+        lambda: layerwise_plan(graph, devices, speeds=speeds, placements=placements),
+        simulate=False,
+    )
+
+
+layerwise.splits_ops = True  # type: ignore[attr-defined]
