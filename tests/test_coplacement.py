@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tfplace.core.coplacement import coplaced_group_keys
@@ -137,6 +137,7 @@ def test_optimizer_updates_stay_with_their_variable_under_coplacement():
 @pytest.mark.parametrize("placer", MEMORY_AWARE)
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), share=st.sampled_from([0.15, 0.3, 0.6]), devices=st.sampled_from([2, 4]))
+@example(seed=384, share=0.3, devices=4)  # DFS-TOPO's order held 11% less on a device than the executor's
 def test_a_placement_the_liveness_model_calls_feasible_does_not_run_out_of_memory_in_the_simulator(
     placer, seed, share, devices
 ):

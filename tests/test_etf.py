@@ -224,3 +224,26 @@ def test_random_dags_get_valid_schedules_within_memory_whenever_every_op_found_r
         assert (schedule.peak_memory[:count] <= memory).all()
         assert (persistent <= memory).all()
     assert schedule.makespan >= indexed.compute.sum() / count - 1e-9
+
+
+def test_m_etf_lets_a_forward_op_decide_its_group_not_a_gradient_constant_ready_at_the_start():
+    """Each layer's gradient scope has a shape constant (ready at time 0, co-placed with the layer):
+    if those decided the groups, the idle devices would each take a layer and the activations would
+    cross; the forward chain decides, and one device runs it without a transfer."""
+    graph = CostGraph(name="shape_constants")
+    layers = 4
+    for i in range(layers):
+        graph.add_op(f"f{i}", compute_time=1e-3, output_sizes=(1 << 30,))
+        graph.add_op(f"gradients/f{i}_grad/Shape", compute_time=1e-6, output_sizes=(16,), gradient_of=f"f{i}")
+        graph.add_op(
+            f"gradients/f{i}_grad/Mul", compute_time=2e-3, output_sizes=(1 << 30,), gradient_of=f"f{i}"
+        )
+        graph.add_dependency(f"gradients/f{i}_grad/Shape", f"gradients/f{i}_grad/Mul", slots=(0,))
+        graph.add_dependency(f"f{i}", f"gradients/f{i}_grad/Mul", slots=(0,))
+        if i:
+            graph.add_dependency(f"f{i - 1}", f"f{i}", slots=(0,))
+            graph.add_dependency(f"gradients/f{i}_grad/Mul", f"gradients/f{i - 1}_grad/Mul", slots=(0,))
+    graph.add_dependency(f"f{layers - 1}", f"gradients/f{layers - 1}_grad/Mul", slots=(0,))
+    placement = place_cost_graph(graph, DeviceSet.parse("/device:GPU:0-3", 1 << 40), "m_etf", simulate=False)
+    assert len(set(placement.assignment.values())) == 1
+    assert placement.details["transfers"] == 0

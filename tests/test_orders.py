@@ -7,7 +7,14 @@ from hypothesis import strategies as st
 from helpers import graph_from_edges
 from tfplace.core.costgraph import CostGraph, CostGraphError
 from tfplace.core.indexed import index_graph
-from tfplace.core.orders import bottom_levels, cpd_topo_order, dfs_topo_order, kahn_order, top_levels
+from tfplace.core.orders import (
+    bottom_levels,
+    cpd_topo_order,
+    dfs_topo_order,
+    kahn_order,
+    leaders_first,
+    top_levels,
+)
 from tfplace.core.synthetic import random_dag
 
 # Figure 3's shape: two sources, each the head of its own chain.
@@ -91,3 +98,27 @@ def test_ordering_a_cyclic_graph_names_the_ops_on_the_cycle():
         cpd_topo_order(index_graph(graph))
     assert all(op in str(error.value) for op in ("x", "y", "z"))
     assert "start ->" not in str(error.value)
+
+
+def test_leaders_first_holds_a_co_placed_gradient_op_until_its_forward_op_came():
+    graph = CostGraph(name="gradient_constant")
+    graph.add_op("gradients/f_grad/Shape", compute_time=1e-6, gradient_of="f")
+    graph.add_op("x", compute_time=1e-3)
+    graph.add_op("f", compute_time=1e-3)
+    graph.add_op("gradients/f_grad/Mul", compute_time=1e-3, gradient_of="f")
+    for src, dst in [
+        ("x", "f"),
+        ("f", "gradients/f_grad/Mul"),
+        ("gradients/f_grad/Shape", "gradients/f_grad/Mul"),
+    ]:
+        graph.add_dependency(src, dst)
+    indexed = index_graph(graph, coplace_gradients=True)
+    order = kahn_order(indexed)
+    assert indexed.names[order[0]] == "gradients/f_grad/Shape"
+    assert [indexed.names[v] for v in leaders_first(indexed, order)] == [
+        "x",
+        "f",
+        "gradients/f_grad/Shape",
+        "gradients/f_grad/Mul",
+    ]
+    assert leaders_first(index_graph(graph), order) == order  # without co-placement nothing follows

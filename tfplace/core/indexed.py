@@ -44,6 +44,8 @@ class IndexedGraph:
     ``outputs[i]`` sums the output slots op ``i`` allocates, every slot but those. ``group[i]`` is the
     co-location group id of op ``i``: ops without a group get a group of their own, so every op
     belongs to exactly one group and ``group_members[g]`` lists the ops of group ``g``.
+    ``follower[i]`` is true for a gradient op indexed with ``coplace_gradients``: its device follows
+    its forward op's, so a placer that decides a group by its first op lets a forward op decide.
     """
 
     names: list[str]
@@ -66,6 +68,7 @@ class IndexedGraph:
     group: np.ndarray
     group_members: list[list[int]]
     link: TransferModel
+    follower: np.ndarray
 
     def __len__(self) -> int:
         return len(self.names)
@@ -121,9 +124,11 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     aliases = _aliases(list(map(methodcaller("get", "aliased_outputs", ()), ops)), index, names)
     keys = _column(ops, "colocation_group")
     kinds = _column(ops, "device_kinds")
+    follower = np.zeros(n, dtype=bool)
     if coplace_gradients:
         forward = [index.get(f) for f in map(methodcaller("get", "gradient_of"), ops)]
         keys = coplaced_group_keys(keys, forward, kinds)
+        follower = np.array([f is not None for f in forward], dtype=bool)
     group, group_members = _colocation_groups(keys)
     adjacency = [successors for _, successors in graph.adjacency()]
     outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
@@ -166,6 +171,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
         group=group,
         group_members=group_members,
         link=link if link is not None else _graph_link(graph),
+        follower=follower,
     )
 
 

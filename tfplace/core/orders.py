@@ -7,6 +7,10 @@
   decreasing ``cpath = tlevel + blevel`` (Eq. 2-3) and whose children are pushed on the head in
   increasing ``cpath``, so the child on the critical path comes next.
 
+* :func:`leaders_first` delays, within any of them, the gradient ops co-placed with a forward op
+  (``graph.follower``) until an op of their group that is no follower came, so that placers which
+  give a group the device of its first op in the order let the forward op decide.
+
 All functions take an :class:`~tfplace.core.indexed.IndexedGraph` and return op positions; they raise
 :class:`~tfplace.core.costgraph.CostGraphError` naming ops of a cycle when the graph is not acyclic.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -28,6 +33,7 @@ __all__ = [
     "critical_path_lengths",
     "dfs_topo_order",
     "kahn_order",
+    "leaders_first",
     "top_levels",
 ]
 
@@ -46,6 +52,48 @@ def kahn_order(graph: IndexedGraph) -> list[int]:
                 queue.append(v)
     _check_complete(graph, order)
     return order
+
+
+def leaders_first(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
+    """``order`` with each follower (and what depends on it) held back until an op of its group
+    that is no follower has come; otherwise as close to ``order`` as that allows (the ready op
+    earliest in ``order`` first). Should every ready op be held (a group whose leaders depend on
+    its followers), the group with the lowest id is let go. A graph without followers keeps ``order``."""
+    if not graph.follower.any():
+        return list(order)
+    position = [0] * len(graph)
+    for i, op in enumerate(order):
+        position[op] = i
+    group: list[int] = graph.group.tolist()
+    follower: list[bool] = graph.follower.tolist()
+    open_groups = set(group[op] for op in np.flatnonzero(~graph.follower).tolist())
+    waiting = [len(p) for p in graph.pred]
+    ready = [(position[v], v) for v in range(len(graph)) if not waiting[v]]
+    ready.sort()
+    held: dict[int, list[int]] = {}
+    result: list[int] = []
+    while len(result) < len(graph):
+        if not ready:
+            stalled = min(held)
+            open_groups.discard(stalled)
+            for v in held.pop(stalled):
+                heappush(ready, (position[v], v))
+            continue
+        _, v = heappop(ready)
+        g = group[v]
+        if follower[v] and g in open_groups:
+            held.setdefault(g, []).append(v)
+            continue
+        result.append(v)
+        if g in open_groups:
+            open_groups.discard(g)
+            for w in held.pop(g, ()):
+                heappush(ready, (position[w], w))
+        for w in graph.succ[v]:
+            waiting[w] -= 1
+            if not waiting[w]:
+                heappush(ready, (position[w], w))
+    return result
 
 
 def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:

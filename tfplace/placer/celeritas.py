@@ -1,6 +1,8 @@
 """The Celeritas placer: Optimal Operation Fusion, then Adjusting Placement (or Order-Place).
 
-Celeritas section 5 and Figure 2: order the ops by CPD-TOPO, fuse adjacent ops into clusters
+Celeritas section 5 and Figure 2: order the ops by CPD-TOPO (a co-placed gradient op after its
+forward op, :func:`~tfplace.core.orders.leaders_first`, so that the forward op's cluster decides
+their group's device), fuse adjacent ops into clusters
 (Algorithm 1), place the clusters of the coarse graph (Algorithm 2), and map the clusters back to
 their ops, each co-location group whole on the device of its first placed op.
 """
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from tfplace.core.costgraph import ccr
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph, index_graph
-from tfplace.core.orders import cpd_topo_order
+from tfplace.core.orders import cpd_topo_order, leaders_first
 from tfplace.placer.adjusting import ClusterSchedule, adjusting_placement, order_place_clusters
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import fuse
@@ -85,7 +87,7 @@ def _fuse_and_place(
     cluster_placers: Sequence[ClusterPlacer],
 ) -> PlacerOutput:
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
-    fusion = fuse(graph, cpd_topo_order(graph), exploration_range, memory_cap)
+    fusion = fuse(graph, leaders_first(graph, cpd_topo_order(graph)), exploration_range, memory_cap)
     coarse = index_graph(fusion.coarse)
     placed = [
         _place_within_memory(graph, devices, coarse, fusion.members, memory_model, place)

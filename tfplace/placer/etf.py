@@ -13,7 +13,11 @@ Both share :func:`etf_schedule`, an event-driven simulation of the devices (BASE
   device once: consumers placed there later use that copy and its arrival time.
 * Co-location goes through the :class:`~tfplace.placer.ledger.MemoryLedger`: the first op of a
   group that starts decides the whole group's device, later members have exactly that device as
-  candidate; groups no target can run go to a fallback CPU.
+  candidate; groups no target can run go to a fallback CPU. A gradient op co-placed with its
+  forward op (``graph.follower``) waits until one of its group's other ops decided the device, as
+  in Baechi's forward-only placement: otherwise the gradient scope's constants and shape ops, ready
+  at time 0, would spread the groups over the idle devices before any forward op ran (a stall
+  releases the waiting followers of the group with the lowest id).
 * Memory is dynamic, as Baechi tracks it. A device holds the persistent memory of every group
   placed on it (the whole group's, from the moment its first op is placed there); an op's outputs
   from its start until all its consumers are scheduled and those on the device have finished (and
@@ -244,6 +248,11 @@ class _ListScheduler:
         self.arrival: list[list[float] | None] = [None] * n  # per device once ready; inf: not a candidate
         self.latest_arrival = [0.0] * n
         self.blocked = [0] * n  # bit d set: no room on device d when it was its turn there
+        self.follower: list[bool] = graph.follower.tolist()
+        self.led = [False] * len(graph.group_members)  # the group has an op that is no follower
+        for op in np.flatnonzero(~graph.follower).tolist():
+            self.led[self.group[op]] = True
+        self.deferred: dict[int, list[int]] = {}  # unplaced group -> its ready followers
         # devices
         self.free = [0.0] * count
         self.last = [-1] * count
@@ -275,6 +284,9 @@ class _ListScheduler:
                 if offer is not None and (best is None or offer < best):
                     best, best_device = offer, d
             if best is None:
+                if self.deferred:
+                    self._release_deferred(min(self.deferred))
+                    continue
                 raise RuntimeError("list scheduling stalled with ops left: a dependency was lost")
             t, _, v = best
             self.now = t
@@ -337,6 +349,9 @@ class _ListScheduler:
 
     def _make_ready(self, v: int) -> None:
         placed = self.group_device[self.group[v]]
+        if placed == UNPLACED and self.follower[v] and self.led[self.group[v]]:
+            self.deferred.setdefault(self.group[v], []).append(v)
+            return
         candidates = [placed] if placed != UNPLACED else self.group_candidates[self.group[v]]
         arrival = [math.inf] * self.count
         for d in candidates:
@@ -344,6 +359,12 @@ class _ListScheduler:
             heappush(self.waiting[d], (arrival[d], self.rank[v], v))
         self.arrival[v] = arrival
         self.latest_arrival[v] = max(arrival[d] for d in candidates)
+
+    def _release_deferred(self, group: int) -> None:
+        """Offer the followers that waited for ``group``'s device (placed now, or never led)."""
+        self.led[group] = False
+        for w in self.deferred.pop(group):
+            self._make_ready(w)
 
     def _valid(self, v: int, d: int) -> bool:
         """Whether device ``d`` may still run op ``v`` (heap entries failing this are stale)."""
@@ -474,6 +495,8 @@ class _ListScheduler:
             self.group_device[group] = d
             self.used[d] += self.group_persistent[group]
             self._offer_group_members_again(group, d)
+            if group in self.deferred:
+                self._release_deferred(group)
         finish = start + self.compute[v]
         received = 0
         for u, position, tensor in self._missing_inputs(v, d):

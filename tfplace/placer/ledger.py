@@ -26,6 +26,7 @@ import numpy as np
 from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
+from tfplace.placer.executor_order import executor_order
 from tfplace.placer.liveness import LiveMemory
 
 __all__ = ["LIVENESS_MARGIN", "MEMORY_MODELS", "UNPLACED", "MemoryLedger", "Overcommit", "check_memory_model"]
@@ -154,7 +155,7 @@ class MemoryLedger:
             )
             for d in np.flatnonzero(persistent).tolist():
                 replay.add_persistent(d, int(persistent[d]))
-            replay.run(live.order, UNPLACED)
+            replay.run(executor_order(self.graph, device_of, self.devices), UNPLACED)
             self._replayed = replay.peak
         return self._replayed
 

@@ -13,9 +13,12 @@ CPD-TOPO's clusters); each op runs on its group's device. On that schedule a dev
 
 While placing, a placer does not know where later consumers go, so a tensor is counted on their
 device from the moment the first of them runs there. Once every op is placed, the estimate is
-replayed in the same order with each tensor sent as soon as its producer finished (``eager_sends``),
-as the executor (and the simulator) does: a device that runs the late consumers of early tensors,
-the backward pass of activations made elsewhere, holds them while it waits. The estimate of a
+replayed in the order the executor would run the ops (:mod:`tfplace.placer.executor_order`: the
+devices side by side, each running its ops as they become ready), with each tensor sent as soon as
+its producer finished (``eager_sends``), as the executor (and the simulator) does: a device that
+runs the late consumers of early tensors, the backward pass of activations made elsewhere, holds
+them while it waits, and a device that starts ready ops before the placer's order reaches them
+holds their outputs. The estimate of a
 device is its peak (:attr:`LiveMemory.peak`). m-ETF and m-SCT keep Baechi's
 dynamic model in their own list scheduler (:mod:`tfplace.placer.etf`), which follows the same
 rules with start and finish times.
@@ -29,7 +32,7 @@ import numpy as np
 
 from tfplace.core.indexed import IndexedGraph
 
-__all__ = ["LiveMemory"]
+__all__ = ["LiveMemory", "slot_size"]
 
 _Held = dict[int, int]
 """Device -> bytes of one op's outputs (or a received copy of them) held there."""
@@ -101,7 +104,7 @@ class LiveMemory:
                         received += held[p]
             taken = 0
             for _, u, slot in graph.aliases[v]:
-                size = _slot_size(graph.output_sizes[u], slot)
+                size = slot_size(graph.output_sizes[u], slot)
                 current = bytes_on_device(u)
                 if current >= size:
                     held[u] = current - size
@@ -139,7 +142,7 @@ class LiveMemory:
                     live[d] += producer[d]
             taken = 0
             for _, u, slot in graph.aliases[v]:
-                size = _slot_size(graph.output_sizes[u], slot)
+                size = slot_size(graph.output_sizes[u], slot)
                 source = all_held[u]
                 if source is not None and source.get(d, 0) >= size:
                     source[d] -= size
@@ -178,5 +181,6 @@ class LiveMemory:
         self.held[op] = None
 
 
-def _slot_size(sizes: tuple[int, ...], slot: int) -> int:
+def slot_size(sizes: tuple[int, ...], slot: int) -> int:
+    """Bytes of output ``slot`` (0 for a slot the op does not report)."""
     return sizes[slot] if slot < len(sizes) else 0

@@ -6,7 +6,8 @@
   ``graph memory / devices + largest op memory`` on each device, which spreads the model evenly.
 * :func:`single_device`: every op on the first device (ops with no kernel there excepted).
 
-Co-location groups are placed whole when their first op is reached. Memory is counted by
+Co-location groups are placed whole when their first op is reached (a gradient op co-placed with its
+forward op comes after it, :func:`~tfplace.core.orders.leaders_first`). Memory is counted by
 liveness along the fill order unless ``memory_model="static"`` (:mod:`tfplace.placer.ledger`);
 m-TOPO's "graph memory" is then the peak of the whole step on one device in Kahn order.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
-from tfplace.core.orders import dfs_topo_order, kahn_order
+from tfplace.core.orders import dfs_topo_order, kahn_order, leaders_first
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
 
@@ -75,7 +76,7 @@ def dfs_topo(
     """Ops in DFS-TOPO order fill each device up to its memory, then the next."""
     _no_options("dfs_topo", options)
     ledger = MemoryLedger(graph, devices, memory_model=memory_model)
-    return _sequential(graph, ledger, dfs_topo_order(graph), "dfs_topo")
+    return _sequential(graph, ledger, leaders_first(graph, dfs_topo_order(graph)), "dfs_topo")
 
 
 def m_topo(
@@ -85,7 +86,7 @@ def m_topo(
     (graph memory: the static sum, or under liveness the step's peak on one device)."""
     _no_options("m_topo", options)
     capacity = [d.memory for d in devices.devices]
-    order = kahn_order(graph)
+    order = leaders_first(graph, kahn_order(graph))
     memory = graph.memory
     largest = int(memory.max()) if len(graph) else 0
     if memory_model == "static":
