@@ -379,6 +379,8 @@ class _Rewriter:
                 if write.kind == "sharded":
                     shape[_axis(write, len(shape))] = hi - lo
                 node.input.append(self._const(np.asarray(shape, np.int32), device, f"{node.name}/shape"))
+            elif op.type == "Slice" and slot > 0 and rule.read(0).kind == "sharded":
+                node.input.append(self._slice_bounds(op, slot, device, node.name))
             elif layout.kind == "replicated":
                 node.input.append(self.whole(tensor, device))
             elif layout.kind == "halo":
@@ -388,6 +390,34 @@ class _Rewriter:
         for control in op.control_inputs:
             node.input.extend(f"^{name}" for name in self.control_names(control))
         return node
+
+    def _slice_bounds(self, op: Any, slot: int, device: str, name: str) -> str:
+        """A batch piece of a ``Slice`` keeping axis 0 whole: its ``begin`` (slot 1) or ``size``
+        (slot 2) with axis 0 made the piece's own (begin 0, size -1 = every row of the piece); the
+        whole op's bounds give the whole batch's size, more rows than the piece has."""
+        whole = self.whole(op.inputs[slot], device)
+        index = op.get_attr("Index").as_numpy_dtype
+        rank = len(_static_shape(op.inputs[0]))
+        keep = np.ones(rank, index)
+        keep[0] = 0
+        kept = self._node(
+            "Mul",
+            f"{name}/bounds{slot}",
+            [whole, self._const(keep, device, f"{name}/keep{slot}")],
+            device,
+            T=self._type(op.inputs[slot].dtype.as_datatype_enum),
+        )
+        if slot == 1:
+            return kept
+        all_rows = np.zeros(rank, index)
+        all_rows[0] = -1
+        return self._node(
+            "Add",
+            f"{name}/size",
+            [kept, self._const(all_rows, device, f"{name}/all_rows")],
+            device,
+            T=self._type(op.inputs[slot].dtype.as_datatype_enum),
+        )
 
     def _halo(self, op: Any, node: Any, tensor: Any, axis: int, lo: int, hi: int, device: str) -> str:
         """The input rows the piece's output rows ``lo:hi`` read, padding made explicit in ``node``."""
