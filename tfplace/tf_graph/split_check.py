@@ -142,25 +142,27 @@ def reordering_floor(
     batch_size: int,
     config: Any,
     target: str = "",
+    rotations: int = 3,
 ) -> tuple[float, str]:
     """The noise floor of summation order: the largest deviation (and where), over ``steps`` steps'
     fetched values and the final weights, of the unsplit graph fed the same examples in another
-    order (every fed tensor leading with ``batch_size`` rows, rotated by one) from the unsplit
-    graph. Mathematically the same training (a mean over the batch and batch statistics ignore
+    order (every fed tensor leading with ``batch_size`` rows, rotated by 1, 2, ... ``rotations``
+    places: each rotation one sample of the noise) from the unsplit graph. Mathematically the same training (a mean over the batch and batch statistics ignore
     the order); only the batch reductions sum in another order, as a batch split's joins do."""
-    order = np.roll(np.arange(batch_size), 1)
-    reordered = {
-        name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
-        for name, value in feeds.items()
-    }
     start, expected, final, _ = _run(graph, fetches, feeds, steps, config, target, None)
-    _, actual, other_final, _ = _run(graph, fetches, reordered, steps, config, target, start)
     worst, where = 0.0, ""
-    for step, (want, got) in enumerate(zip(expected, actual)):
-        for name, a, b in zip(fetches, want, got):
-            if a is not None and np.ndim(a) == 0 and deviation(a, b) >= worst:
-                worst, where = deviation(a, b), f"{name} at step {step + 1}"
-    for variable, a, b in zip(_variables(graph), final, other_final):
-        if deviation(a, b) >= worst:
-            worst, where = deviation(a, b), f"{variable.name} after step {steps}"
+    for shift in range(1, min(batch_size, 1 + rotations)):
+        order = np.roll(np.arange(batch_size), shift)
+        reordered = {
+            name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
+            for name, value in feeds.items()
+        }
+        _, actual, other_final, _ = _run(graph, fetches, reordered, steps, config, target, start)
+        for step, (want, got) in enumerate(zip(expected, actual)):
+            for name, a, b in zip(fetches, want, got):
+                if a is not None and np.ndim(a) == 0 and deviation(a, b) >= worst:
+                    worst, where = deviation(a, b), f"{name} at step {step + 1} (rotated by {shift})"
+        for variable, a, b in zip(_variables(graph), final, other_final):
+            if deviation(a, b) >= worst:
+                worst, where = deviation(a, b), f"{variable.name} after step {steps} (rotated by {shift})"
     return worst, where

@@ -526,6 +526,11 @@ def _dimension(op: Any, rule: SplitRule) -> tuple[int, int | None]:
             shape = _static_shape(op.inputs[slot])
             axis = _axis(layout, len(shape))
             return axis, shape[axis]
+    for slot, tensor in enumerate(op.outputs if not op.inputs else ()):  # a placeholder
+        if rule.write(slot).kind == "sharded" and tensor.shape.rank:
+            shape = _static_shape(tensor)
+            axis = _axis(rule.write(slot), len(shape))
+            return axis, shape[axis]
     return 0, None
 
 
@@ -577,6 +582,8 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
             return "needs static shapes for a spatial split"
         if op.type == "AvgPool" and sum(_window(op, a)[2] + _window(op, a)[3] for a in (1, 2)):
             return "AvgPool with padding cannot split spatially yet (border windows average fewer values)"
+    if _sums_partials(op, rule):
+        return None  # runs whole on the partial sums' total (_keeps_whole)
     _, size = _dimension(op, rule)
     if size is None:
         return f"its {split.dimension} dimension has no static size (build the graph with a fixed batch)"
@@ -591,10 +598,21 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
     return None
 
 
+def _sums_partials(op: Any, rule: SplitRule) -> bool:
+    """Whether ``op`` under ``rule`` reads partial sums and slices nothing (it passes a sum on)."""
+    reads = [rule.read(slot).kind for slot in range(len(op.inputs))]
+    writes = [rule.write(slot).kind for slot in range(len(op.outputs))]
+    return "partial" in reads and not {"sharded", "halo"} & {*reads, *writes}
+
+
 def _keeps_whole(op: Any, split: OpSplit) -> str | None:
     """Why the rewrite runs a split op whole on its first device, or ``None`` when it splits it."""
     if op.type in _BATCH_NORMS and split.dimension == BATCH and op.get_attr("is_training"):
         return "batch norm in training mode: statistics over the whole batch"
+    if split.dimension == REDUCTION and _sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
+        return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
+    if op.type == "Placeholder":
+        return "a fed tensor is fed whole under its name; each piece reading it takes its slice"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"
     return None
