@@ -26,7 +26,9 @@ a ``Mean`` over a split batch weighted by each piece's share). Two kinds of op k
 the whole batch exact by running whole: ``FusedBatchNorm*`` and their gradients in training mode
 (``is_training=True``: their statistics are over the whole batch) split along the batch run whole
 on their first piece's device (:attr:`SplitRewrite.kept_whole` lists them); in inference mode they
-split. So do ops reading a resource variable (``ResourceGather``), which TensorFlow runs on the
+split. A split placeholder is fed whole under its name (each piece reading it takes its slice),
+and an op a data-parallel plan gives only partial sums to read (an ``Identity`` of a weight
+gradient) runs whole on their total. So do ops reading a resource variable (``ResourceGather``), which TensorFlow runs on the
 variable's device whatever the piece's device. An op the plan runs as replicas (``"replica"``: a variable, its reads and updates under data
 parallelism) runs once, on its first device; every device that reads it receives it once, which
 computes what replicas would.
