@@ -272,3 +272,22 @@ def test_a_channel_concat_trains_split_on_the_batch_its_gradient_slices_keep_eac
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
     assert check.max_deviation < TOLERANCE, check.worst
     assert not check.misplaced
+
+
+def test_a_depthwise_convolution_trains_split_on_the_batch_with_its_gradients() -> None:
+    tf.compat.v1.disable_eager_execution()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 6, 6, 3], name="x")
+        init = tf.compat.v1.random_normal_initializer(0.0, 0.3, seed=5)
+        w = tf.compat.v1.get_variable("w", [3, 3, 3, 2], initializer=init)
+        y = tf.nn.depthwise_conv2d(tf.nn.relu(x), w, [1, 1, 1, 1], "SAME")
+        loss = tf.reduce_mean(tf.square(y), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss, name="train")
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    depthwise = [op.name for op in graph.get_operations() if op.type.startswith("DepthwiseConv2dNative")]
+    assert len(depthwise) == 3 and all(plan.splits[op].degree == 2 for op in depthwise)
+    feeds = {"x:0": np.random.default_rng(5).standard_normal((4, 6, 6, 3)).astype(np.float32)}
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert check.pieces_run >= 6 and not check.misplaced

@@ -84,7 +84,13 @@ __all__ = [
 
 _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 _WINDOWED = frozenset({"Conv2D", "MaxPool", "AvgPool"})
-_SHAPE_INPUT = {"Conv2DBackpropInput": 0, "Conv2DBackpropFilter": 1, "AvgPoolGrad": 0}
+_SHAPE_INPUT = {
+    "Conv2DBackpropInput": 0,
+    "Conv2DBackpropFilter": 1,
+    "AvgPoolGrad": 0,
+    "DepthwiseConv2dNativeBackpropInput": 0,
+    "DepthwiseConv2dNativeBackpropFilter": 1,
+}
 """Op type -> the input slot holding a shape the op computes with: a piece gets its own shape."""
 _UNSUPPORTED = {
     ("Conv2DBackpropInputV2", None): "it reads its input only for the input's shape",
