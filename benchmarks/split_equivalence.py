@@ -29,7 +29,7 @@ import tensorflow as tf
 from tfplace.split.rules import BATCH, CHANNEL, HEIGHT
 from tfplace.tf_graph.cluster import LocalCluster
 from tfplace.tf_graph.session import virtual_cpu_config
-from tfplace.tf_graph.split_check import compare_split
+from tfplace.tf_graph.split_check import compare_split, reordering_floor
 from tfplace.tf_graph.split_rewrite import uniform_plan
 
 TOLERANCE = 1e-4
@@ -69,17 +69,31 @@ def forced_plan(graph: Any, devices: list[str], kind: str, batch_size: int | Non
     return uniform_plan(graph, devices, BATCH if kind == "batch" else "", ops=ops, batch_size=batch_size)
 
 
-def report(label: str, check: Any, seconds: float) -> bool:
-    ok = check.max_deviation <= TOLERANCE and not check.misplaced and check.pieces_run > 0
+def report(label: str, check: Any, seconds: float, floor: tuple[float, str] | None = None) -> bool:
+    """Print the row. A training row whose deviation exceeds :data:`TOLERANCE` passes only when its
+    first step is within it and the whole run stays within ``floor``, the deviation of the unsplit
+    graph fed its batch in another order (summation order alone: training amplifies it)."""
+    within = check.max_deviation <= TOLERANCE or (
+        floor is not None and check.step_deviations[0] <= TOLERANCE and check.max_deviation <= floor[0]
+    )
+    ok = within and not check.misplaced and check.pieces_run > 0
+    verdict = "ok" if ok else "FAIL"
+    if ok and check.max_deviation > TOLERANCE:
+        verdict = "ok (within the reordering floor)"
     print(
         f"{label:<40} max deviation {check.max_deviation:9.2e} ({check.worst}); fetched values at step 1 "
         f"{check.step_deviations[0]:8.1e}, at step {len(check.step_deviations)} {check.step_deviations[-1]:8.1e}"
         f"  pieces in step stats on "
         f"their device {check.pieces_run - len(check.misplaced)}, elsewhere {len(check.misplaced)}, absent "
         f"(fused or pruned by TF) {check.pieces_in_step - check.pieces_run}  kept whole {len(check.kept_whole)}"
-        f"  {seconds:5.1f}s  {'ok' if ok else 'FAIL'}",
+        f"  {seconds:5.1f}s  {verdict}",
         flush=True,
     )
+    if floor is not None:
+        print(
+            f"{'':<40} reordering floor (unsplit, batch order rotated) {floor[0]:9.2e} ({floor[1]})",
+            flush=True,
+        )
     return ok
 
 
@@ -139,13 +153,21 @@ def train_case(
         plan = uniform_plan(graph, ["/device:CPU:0", "/device:CPU:1"], BATCH, batch_size=batch)
         config = virtual_cpu_config(2)
         check = compare_split(graph, plan, fetches, feeds, steps=steps, config=config, batch_size=batch)
-        return report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started)
+        floor = None
+        if check.max_deviation > TOLERANCE:
+            floor = reordering_floor(graph, fetches, feeds, steps=steps, batch_size=batch, config=config)
+        return report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started, floor)
     with LocalCluster(2) as workers:
         plan = uniform_plan(graph, [workers.device(0), workers.device(1)], BATCH, batch_size=batch)
         check = compare_split(
             graph, plan, fetches, feeds, steps=steps, config=None, target=workers.target, batch_size=batch
         )
-    return report(f"{label} training, batch x2 workers", check, time.perf_counter() - started)
+        floor = None
+        if check.max_deviation > TOLERANCE:
+            floor = reordering_floor(
+                graph, fetches, feeds, steps=steps, batch_size=batch, config=None, target=workers.target
+            )
+    return report(f"{label} training, batch x2 workers", check, time.perf_counter() - started, floor)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -420,3 +420,40 @@ def test_run_runs_a_split_plan_by_rewriting_the_graph_into_pieces(tmp_path, caps
     out = capsys.readouterr().out
     assert "of which pieces" in out and "split into pieces" in out
     assert "every op ran on the device the placement gave it" in out
+
+
+@pytest.mark.tensorflow
+def test_place_with_a_split_placer_writes_the_graph_in_pieces_and_run_trains_it_as_unsplit(tmp_path, capsys):
+    from helpers import feed_function
+    from tfplace.split.plan import SplitPlan
+    from tfplace.tf_graph.importer import load_graph
+    from tfplace.tf_graph.session import virtual_cpu_config
+    from tfplace.tf_graph.split_check import compare_split
+
+    plan_path = tmp_path / "plan.json"
+    status = tfplace_command(
+        "place", "--graph", CNN, "--batch_size=8", *QUICK_PROFILE, f"--cache_dir={tmp_path}",
+        "--devices=/device:CPU:0-1", "--memory=1GB", "--placer=data_parallel",
+        f"--out={tmp_path / 'placed.pb'}", f"--placement_out={plan_path}",
+    )  # fmt: skip
+    assert status == 0
+    placed = load_graph(tmp_path / "placed.pb")
+    piece_devices = {op.device for op in placed.get_operations() if "/piece" in op.name}
+    assert piece_devices == {"/device:CPU:0", "/device:CPU:1"}
+
+    plan = SplitPlan.load(plan_path)  # what --placement_out saved: the plan, which run rewrites
+    assert plan.batch_size == 8
+    entry = json.loads((TEST_DATA / "graphs.json").read_text())["cnn"]
+    check = compare_split(
+        load_graph(CNN), plan, ["loss:0", "train_op"], feed_function(entry)(8), steps=5,
+        config=virtual_cpu_config(2), batch_size=8,
+    )  # fmt: skip
+    assert check.max_deviation < 1e-5, check.worst
+    assert check.pieces_run > 0 and not check.misplaced
+    capsys.readouterr()
+    status = tfplace_command(
+        "run", "--graph", CNN, "--placement", plan_path, "--fetch=train_op,loss:0",
+        "--batch_size=8", "--steps=2", "--warmup_steps=1",
+    )  # fmt: skip
+    assert status == 0
+    assert "fetched scalars per step:" in capsys.readouterr().out

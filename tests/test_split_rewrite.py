@@ -250,3 +250,44 @@ def test_the_worked_example_of_docs_splitting_runs_verbatim(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "0 on another device than planned" in done.stdout
+
+
+def test_a_channel_concat_trains_split_on_the_batch_its_gradient_slices_keep_each_piece_rows() -> None:
+    # The gradient of a concat along channels slices it with begin/size of the whole batch
+    # (ShapeN of the forward inputs): each batch piece must slice its own rows, not the whole batch.
+    tf.compat.v1.disable_eager_execution()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 3, 3, 2], name="x")
+        w1 = tf.compat.v1.get_variable("w1", [1, 1, 2, 3], initializer=tf.compat.v1.ones_initializer())
+        w2 = tf.compat.v1.get_variable("w2", [1, 1, 2, 2], initializer=tf.compat.v1.ones_initializer())
+        a = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+        b = tf.nn.relu(tf.nn.conv2d(x, w2, 1, "SAME"))
+        joined = tf.concat([a, b], axis=3)
+        loss = tf.reduce_mean(tf.square(joined), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    assert plan.splits["gradients/concat_grad/Slice"].dimension == BATCH
+    feeds = {"x:0": np.random.default_rng(4).standard_normal((4, 3, 3, 2)).astype(np.float32)}
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert not check.misplaced
+
+
+def test_a_depthwise_convolution_trains_split_on_the_batch_with_its_gradients() -> None:
+    tf.compat.v1.disable_eager_execution()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 6, 6, 3], name="x")
+        init = tf.compat.v1.random_normal_initializer(0.0, 0.3, seed=5)
+        w = tf.compat.v1.get_variable("w", [3, 3, 3, 2], initializer=init)
+        y = tf.nn.depthwise_conv2d(tf.nn.relu(x), w, [1, 1, 1, 1], "SAME")
+        loss = tf.reduce_mean(tf.square(y), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss, name="train")
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    depthwise = [op.name for op in graph.get_operations() if op.type.startswith("DepthwiseConv2dNative")]
+    assert len(depthwise) == 3 and all(plan.splits[op].degree == 2 for op in depthwise)
+    feeds = {"x:0": np.random.default_rng(5).standard_normal((4, 6, 6, 3)).astype(np.float32)}
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert check.pieces_run >= 6 and not check.misplaced

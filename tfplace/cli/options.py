@@ -194,7 +194,10 @@ OUT = _flag(
     "to write (.pb, .pbtxt or .meta).",
 )
 PLACEMENT_OUT = _flag(
-    flags.DEFINE_string, "placement_out", None, "Write the placement as JSON (for simulate and run)."
+    flags.DEFINE_string,
+    "placement_out",
+    None,
+    "Write the placement as JSON (for simulate and run); a split placer's as its split plan (for run).",
 )
 COST_GRAPH_OUT = _flag(
     flags.DEFINE_string, "cost_graph_out", None, "Write the cost graph the placement was made with (JSON)."

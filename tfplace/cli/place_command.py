@@ -89,8 +89,8 @@ def _place() -> int:
     assert placement.cost_graph is not None
     cost_graph = named(placement.cost_graph)
     written = []
-    if PLACEMENT_OUT.value:
-        placement.save(PLACEMENT_OUT.value)
+    if PLACEMENT_OUT.value:  # a split placement as its plan: tfplace run rewrites the graph from it
+        (placement if placement.split_plan is None else placement.split_plan).save(PLACEMENT_OUT.value)
         written.append(f"placement: {PLACEMENT_OUT.value}")
     if COST_GRAPH_OUT.value:
         save_json(cost_graph, COST_GRAPH_OUT.value)
@@ -140,7 +140,7 @@ def _write_placed_graph(graph: Any, placement: Placement) -> list[str]:
         return []
     from tfplace.tf_graph.export import write_graph, write_tensorboard_graph
 
-    placement.apply(graph)
+    graph = placement.apply(graph)  # a split plan's rewrite is a new graph
     written = []
     if OUT.value:
         write_graph(graph, OUT.value)

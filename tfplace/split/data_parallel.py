@@ -89,4 +89,4 @@ def data_parallel_plan(
             splits[op] = OpSplit.whole(names[0])
             if carries:
                 examples.update((op, slot) for slot in range(len(graph.nodes[op]["output_sizes"])))
-    return SplitPlan(splits, devices, placer="data_parallel")
+    return SplitPlan(splits, devices, placer="data_parallel", batch_size=graph.graph.get("batch_size"))

@@ -170,6 +170,11 @@ RULES: dict[str, dict[str, SplitRule]] = {
         WIDTH: _rule((halo(2), R, S2), (P,), **_NHWC),
         CHANNEL: _rule((R, R, SL), (SL,), **_NHWC),
     },
+    # Depthwise convolution (MobileNet) and its gradients: examples are independent; the filter's
+    # gradient sums the pieces' partial gradients.
+    "DepthwiseConv2dNative": {BATCH: _rule((S0, R), (S0,), **_NHWC)},
+    "DepthwiseConv2dNativeBackpropInput": {BATCH: _rule((R, R, S0), (S0,), **_NHWC)},
+    "DepthwiseConv2dNativeBackpropFilter": {BATCH: _rule((S0, R, S0), (P,), **_NHWC)},
     # c = a @ b without transposes: rows are the batch, columns the out-features, k the reduction.
     "MatMul": {
         BATCH: _rule((S0, R), (S0,), **_ROWS_MAJOR),

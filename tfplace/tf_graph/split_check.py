@@ -21,7 +21,7 @@ from tfplace.tf_graph.importer import fetch_op_names, step_closure
 from tfplace.tf_graph.session import default_initializers, executed_devices
 from tfplace.tf_graph.split_rewrite import SplitRewrite, split_graph
 
-__all__ = ["SplitCheck", "compare_split", "deviation"]
+__all__ = ["SplitCheck", "compare_split", "deviation", "reordering_floor"]
 
 
 @dataclass
@@ -131,3 +131,38 @@ def compare_split(
             worst, where = deviation(a, b), f"{variable.name} after step {steps}"
     run, in_step, misplaced = _placement_check(rewritten, rewrite, fetches, metadata)
     return SplitCheck(worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected, per_step)
+
+
+def reordering_floor(
+    graph: Any,
+    fetches: Sequence[str],
+    feeds: Mapping[str, Any],
+    *,
+    steps: int,
+    batch_size: int,
+    config: Any,
+    target: str = "",
+    rotations: int = 3,
+) -> tuple[float, str]:
+    """The noise floor of summation order: the largest deviation (and where), over ``steps`` steps'
+    fetched values and the final weights, of the unsplit graph fed the same examples in another
+    order (every fed tensor leading with ``batch_size`` rows, rotated by 1, 2, ... ``rotations``
+    places: each rotation one sample of the noise) from the unsplit graph. Mathematically the same training (a mean over the batch and batch statistics ignore
+    the order); only the batch reductions sum in another order, as a batch split's joins do."""
+    start, expected, final, _ = _run(graph, fetches, feeds, steps, config, target, None)
+    worst, where = 0.0, ""
+    for shift in range(1, min(batch_size, 1 + rotations)):
+        order = np.roll(np.arange(batch_size), shift)
+        reordered = {
+            name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
+            for name, value in feeds.items()
+        }
+        _, actual, other_final, _ = _run(graph, fetches, reordered, steps, config, target, start)
+        for step, (want, got) in enumerate(zip(expected, actual)):
+            for name, a, b in zip(fetches, want, got):
+                if a is not None and np.ndim(a) == 0 and deviation(a, b) >= worst:
+                    worst, where = deviation(a, b), f"{name} at step {step + 1} (rotated by {shift})"
+        for variable, a, b in zip(_variables(graph), final, other_final):
+            if deviation(a, b) >= worst:
+                worst, where = deviation(a, b), f"{variable.name} after step {steps} (rotated by {shift})"
+    return worst, where

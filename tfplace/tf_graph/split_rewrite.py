@@ -26,7 +26,9 @@ a ``Mean`` over a split batch weighted by each piece's share). Two kinds of op k
 the whole batch exact by running whole: ``FusedBatchNorm*`` and their gradients in training mode
 (``is_training=True``: their statistics are over the whole batch) split along the batch run whole
 on their first piece's device (:attr:`SplitRewrite.kept_whole` lists them); in inference mode they
-split. So do ops reading a resource variable (``ResourceGather``), which TensorFlow runs on the
+split. A split placeholder is fed whole under its name (each piece reading it takes its slice),
+and an op a data-parallel plan gives only partial sums to read (an ``Identity`` of a weight
+gradient) runs whole on their total. So do ops reading a resource variable (``ResourceGather``), which TensorFlow runs on the
 variable's device whatever the piece's device. An op the plan runs as replicas (``"replica"``: a variable, its reads and updates under data
 parallelism) runs once, on its first device; every device that reads it receives it once, which
 computes what replicas would.
@@ -82,7 +84,13 @@ __all__ = [
 
 _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 _WINDOWED = frozenset({"Conv2D", "MaxPool", "AvgPool"})
-_SHAPE_INPUT = {"Conv2DBackpropInput": 0, "Conv2DBackpropFilter": 1, "AvgPoolGrad": 0}
+_SHAPE_INPUT = {
+    "Conv2DBackpropInput": 0,
+    "Conv2DBackpropFilter": 1,
+    "AvgPoolGrad": 0,
+    "DepthwiseConv2dNativeBackpropInput": 0,
+    "DepthwiseConv2dNativeBackpropFilter": 1,
+}
 """Op type -> the input slot holding a shape the op computes with: a piece gets its own shape."""
 _UNSUPPORTED = {
     ("Conv2DBackpropInputV2", None): "it reads its input only for the input's shape",
@@ -379,6 +387,8 @@ class _Rewriter:
                 if write.kind == "sharded":
                     shape[_axis(write, len(shape))] = hi - lo
                 node.input.append(self._const(np.asarray(shape, np.int32), device, f"{node.name}/shape"))
+            elif op.type == "Slice" and slot > 0 and rule.read(0).kind == "sharded":
+                node.input.append(self._slice_bounds(op, slot, device, node.name))
             elif layout.kind == "replicated":
                 node.input.append(self.whole(tensor, device))
             elif layout.kind == "halo":
@@ -388,6 +398,34 @@ class _Rewriter:
         for control in op.control_inputs:
             node.input.extend(f"^{name}" for name in self.control_names(control))
         return node
+
+    def _slice_bounds(self, op: Any, slot: int, device: str, name: str) -> str:
+        """A batch piece of a ``Slice`` keeping axis 0 whole: its ``begin`` (slot 1) or ``size``
+        (slot 2) with axis 0 made the piece's own (begin 0, size -1 = every row of the piece); the
+        whole op's bounds give the whole batch's size, more rows than the piece has."""
+        whole = self.whole(op.inputs[slot], device)
+        index = op.get_attr("Index").as_numpy_dtype
+        rank = len(_static_shape(op.inputs[0]))
+        keep = np.ones(rank, index)
+        keep[0] = 0
+        kept = self._node(
+            "Mul",
+            f"{name}/bounds{slot}",
+            [whole, self._const(keep, device, f"{name}/keep{slot}")],
+            device,
+            T=self._type(op.inputs[slot].dtype.as_datatype_enum),
+        )
+        if slot == 1:
+            return kept
+        all_rows = np.zeros(rank, index)
+        all_rows[0] = -1
+        return self._node(
+            "Add",
+            f"{name}/size",
+            [kept, self._const(all_rows, device, f"{name}/all_rows")],
+            device,
+            T=self._type(op.inputs[slot].dtype.as_datatype_enum),
+        )
 
     def _halo(self, op: Any, node: Any, tensor: Any, axis: int, lo: int, hi: int, device: str) -> str:
         """The input rows the piece's output rows ``lo:hi`` read, padding made explicit in ``node``."""
@@ -496,6 +534,11 @@ def _dimension(op: Any, rule: SplitRule) -> tuple[int, int | None]:
             shape = _static_shape(op.inputs[slot])
             axis = _axis(layout, len(shape))
             return axis, shape[axis]
+    for slot, tensor in enumerate(op.outputs if not op.inputs else ()):  # a placeholder
+        if rule.write(slot).kind == "sharded" and tensor.shape.rank:
+            shape = _static_shape(tensor)
+            axis = _axis(rule.write(slot), len(shape))
+            return axis, shape[axis]
     return 0, None
 
 
@@ -547,6 +590,8 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
             return "needs static shapes for a spatial split"
         if op.type == "AvgPool" and sum(_window(op, a)[2] + _window(op, a)[3] for a in (1, 2)):
             return "AvgPool with padding cannot split spatially yet (border windows average fewer values)"
+    if _sums_partials(op, rule):
+        return None  # runs whole on the partial sums' total (_keeps_whole)
     _, size = _dimension(op, rule)
     if size is None:
         return f"its {split.dimension} dimension has no static size (build the graph with a fixed batch)"
@@ -561,10 +606,21 @@ def _refusal(op: Any, split: OpSplit, frames: set[str]) -> str | None:
     return None
 
 
+def _sums_partials(op: Any, rule: SplitRule) -> bool:
+    """Whether ``op`` under ``rule`` reads partial sums and slices nothing (it passes a sum on)."""
+    reads = [rule.read(slot).kind for slot in range(len(op.inputs))]
+    writes = [rule.write(slot).kind for slot in range(len(op.outputs))]
+    return "partial" in reads and not {"sharded", "halo"} & {*reads, *writes}
+
+
 def _keeps_whole(op: Any, split: OpSplit) -> str | None:
     """Why the rewrite runs a split op whole on its first device, or ``None`` when it splits it."""
     if op.type in _BATCH_NORMS and split.dimension == BATCH and op.get_attr("is_training"):
         return "batch norm in training mode: statistics over the whole batch"
+    if split.dimension == REDUCTION and _sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
+        return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
+    if op.type == "Placeholder":
+        return "a fed tensor is fed whole under its name; each piece reading it takes its slice"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"
     return None
