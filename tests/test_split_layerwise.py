@@ -127,3 +127,9 @@ def test_an_all_reduce_costs_twice_a_reduce_scatter_and_a_tensor_already_where_i
     assert edge_seconds(4000, "whole@/gpu:0", "whole@/gpu:0", 4, 1e-6, 1e-3) == 0.0
     assert edge_seconds(4000, "split(0)", "split(0)", 4, 1e-6, 1e-3) == 0.0
     assert edge_seconds(4000, "replica", "split(1)", 4, 1e-6, 1e-3) == 0.0
+
+
+def test_whichever_candidate_is_chosen_the_plan_records_the_batch_its_rewrite_feeds():
+    graph = wide_layer_graph(batch=512)  # one device wins: a whole-op candidate
+    chosen = layerwise_plan(graph, gpus())
+    assert chosen.placer == "layerwise (single)" and chosen.batch_size == 512

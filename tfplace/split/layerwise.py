@@ -295,4 +295,5 @@ def layerwise_plan(
     else:
         chosen = min(candidates, key=lambda plan: max(plan.peak_memory.values(), default=0))
     chosen.placer = f"layerwise ({chosen.placer or 'placement'})"
+    chosen.batch_size = chosen.batch_size or graph.graph.get("batch_size")  # what the rewrite feeds
     return chosen
