@@ -39,7 +39,19 @@ __all__ = [
 
 
 def kahn_order(graph: IndexedGraph) -> list[int]:
-    """m-TOPO's order: repeatedly emit the op at the head of a FIFO queue of ready ops."""
+    """m-TOPO's order: repeatedly emit the op at the head of a FIFO queue of ready ops (computed
+    once per graph: placing orders and replays ask for it several times)."""
+    cached: tuple[int, ...] | None = graph.__dict__.get(_KAHN_ORDER)
+    if cached is None:
+        cached = tuple(_kahn_order(graph))
+        object.__setattr__(graph, _KAHN_ORDER, cached)  # the graph is frozen; this is a cache, not a field
+    return list(cached)
+
+
+_KAHN_ORDER = "_kahn_order"
+
+
+def _kahn_order(graph: IndexedGraph) -> list[int]:
     indegree = [len(p) for p in graph.pred]
     queue = deque(i for i, d in enumerate(indegree) if d == 0)
     order: list[int] = []

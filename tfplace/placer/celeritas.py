@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tfplace.core.costgraph import ccr
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph, index_graph
@@ -89,8 +91,9 @@ def _fuse_and_place(
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
     fusion = fuse(graph, leaders_first(graph, cpd_topo_order(graph)), exploration_range, memory_cap)
     coarse = index_graph(fusion.coarse)
+    replays: dict[bytes, np.ndarray] = {}
     placed = [
-        _place_within_memory(graph, devices, coarse, fusion.members, memory_model, place)
+        _place_within_memory(graph, devices, coarse, fusion.members, memory_model, place, replays)
         for place in cluster_placers
     ]
     best = min(range(len(placed)), key=lambda i: (not _fits_devices(placed[i][0]), placed[i][1].makespan, i))
@@ -121,13 +124,15 @@ def _place_within_memory(
     members: Sequence[Sequence[int]],
     memory_model: str,
     place_clusters: ClusterPlacer,
+    replays: dict[bytes, np.ndarray],
 ) -> tuple[MemoryLedger, ClusterSchedule, float]:
     """Place the clusters filling all of each device's memory or, under liveness when the estimated
-    peak then exceeds a device, the largest bisected share of it that fits (:data:`FILL_BISECTIONS`)."""
+    peak then exceeds a device, the largest bisected share of it that fits (:data:`FILL_BISECTIONS`).
+    A placement found before (by another share or cluster placer) is not replayed again (``replays``)."""
 
     def attempt(share: float) -> tuple[MemoryLedger, ClusterSchedule]:
         capacity = [int(share * d.memory) for d in devices.devices]
-        ledger = MemoryLedger(graph, devices, capacity=capacity, memory_model=memory_model)
+        ledger = MemoryLedger(graph, devices, capacity=capacity, memory_model=memory_model, replays=replays)
         return ledger, place_clusters(coarse, members, ledger)
 
     share = 1.0

@@ -38,6 +38,12 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
     routes = [[route_channels(devices, s, d) for d in range(count)] for s in range(count)]
     channel_free = [0.0] * channel_count(devices)
     compute: list[float] = graph.compute.tolist()
+    succ, succ_bytes, succ_slots, output_sizes = (
+        graph.succ,
+        graph.succ_bytes,
+        graph.succ_slots,
+        graph.output_sizes,
+    )
     waiting = [len(p) for p in graph.pred]
     ready_at = [0.0] * n
     arrivals: list[tuple[float, int, int]] = [(0.0, rank[v], v) for v in range(n) if not waiting[v]]
@@ -53,19 +59,19 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
             source = op_devices[u]
             busy[source] = False
             sent: dict[tuple[int, int], float] = {}
-            for position, w in enumerate(graph.succ[u]):
+            source_links, source_routes = links[source], routes[source]
+            for w, nbytes, slots in zip(succ[u], succ_bytes[u], succ_slots[u]):
                 target = op_devices[w]
-                link = links[source][target]
-                nbytes = graph.succ_bytes[u][position]
+                link = source_links[target]
                 if link is None or not nbytes:
                     arrived = now if link is None else now + link.latency
                 else:
                     arrived = 0.0
-                    for tensor in graph.succ_slots[u][position] or (-1 - w,):
+                    for tensor in slots or (-1 - w,):
                         key = (tensor, target)
                         if key not in sent:
-                            size = nbytes if tensor < 0 else slot_size(graph.output_sizes[u], tensor)
-                            sent[key] = _send(channel_free, routes[source][target], now, link, size)
+                            size = nbytes if tensor < 0 else slot_size(output_sizes[u], tensor)
+                            sent[key] = _send(channel_free, source_routes[target], now, link, size)
                         arrived = max(arrived, sent[key])
                 if arrived > ready_at[w]:
                     ready_at[w] = arrived

@@ -79,7 +79,9 @@ class LiveMemory:
         """The peak of ``device`` if ``persistent`` bytes were placed on it and ``ops`` ran next
         (each on its group's device, ``default`` for an unplaced one); nothing changes."""
         graph = self.graph
+        pred, pred_position, succ, succ_bytes = graph.pred, graph.pred_position, graph.succ, graph.succ_bytes
         outputs, temporary, device_of, before = self.outputs, self.temporary, self.device_of, self.held
+        committed_pending = self.pending
         live = self.live[device] + persistent
         peak = max(self.peaks[device] + persistent, live)
         pending: dict[int, int] = {}
@@ -96,11 +98,11 @@ class LiveMemory:
             if (d if d >= 0 else default) != device:
                 continue
             received = 0
-            for p, position in zip(graph.pred[v], graph.pred_position[v]):
+            for p, position in zip(pred[v], pred_position[v]):
                 if p not in held:
                     entry = before[p]
                     if entry is None or device not in entry:
-                        held[p] = graph.succ_bytes[p][position]
+                        held[p] = succ_bytes[p][position]
                         received += held[p]
             taken = 0
             for _, u, slot in graph.aliases[v]:
@@ -113,13 +115,13 @@ class LiveMemory:
             live += outputs[v] + received
             if live + temporary[v] > peak:
                 peak = live + temporary[v]
-            for p in graph.pred[v]:
-                left = pending.get(p, self.pending[p]) - 1
+            for p in pred[v]:
+                left = pending.get(p, committed_pending[p]) - 1
                 pending[p] = left
                 if not left:
                     live -= bytes_on_device(p)
                     held[p] = 0
-            if not graph.succ[v]:
+            if not succ[v]:
                 live -= held[v]
                 held[v] = 0
         return peak
@@ -127,22 +129,25 @@ class LiveMemory:
     def run(self, ops: Iterable[int], default: int) -> None:
         """Run ``ops`` in order, each on its group's device (``default`` when unplaced)."""
         graph = self.graph
+        pred, pred_position, succ, succ_bytes = graph.pred, graph.pred_position, graph.succ, graph.succ_bytes
+        aliases, output_sizes = graph.aliases, graph.output_sizes
         live, peaks, pending, all_held, ran = self.live, self.peaks, self.pending, self.held, self.ran
         outputs, temporary, device_of, order = self.outputs, self.temporary, self.device_of, self.order
+        eager_sends = self.eager_sends
         for v in ops:
             if ran[v]:
                 continue
             d = device_of(v)
             if d < 0:
                 d = default
-            for p, position in zip(graph.pred[v], graph.pred_position[v]):
+            for p, position in zip(pred[v], pred_position[v]):
                 producer = all_held[p]
                 if producer is not None and d not in producer:
-                    producer[d] = graph.succ_bytes[p][position]
+                    producer[d] = succ_bytes[p][position]
                     live[d] += producer[d]
             taken = 0
-            for _, u, slot in graph.aliases[v]:
-                size = slot_size(graph.output_sizes[u], slot)
+            for _, u, slot in aliases[v]:
+                size = slot_size(output_sizes[u], slot)
                 source = all_held[u]
                 if source is not None and source.get(d, 0) >= size:
                     source[d] -= size
@@ -151,34 +156,39 @@ class LiveMemory:
             live[d] += outputs[v]
             if live[d] + temporary[v] > peaks[d]:
                 peaks[d] = live[d] + temporary[v]
-            if self.eager_sends:
+            if eager_sends:
                 self._send(v, d, held)
             ran[v] = True
             order.append(v)
-            for p in graph.pred[v]:
+            for p in pred[v]:
                 pending[p] -= 1
                 if not pending[p]:
-                    self._free(p)
-            if not graph.succ[v]:
-                self._free(v)
+                    _free(live, all_held, p)
+            if not succ[v]:
+                _free(live, all_held, v)
 
     def _send(self, v: int, d: int, held: _Held) -> None:
         """Copies of ``v``'s outputs sent right away to its consumers' other devices."""
-        graph = self.graph
+        graph, live, peaks, device_of = self.graph, self.live, self.peaks, self.device_of
         for w, nbytes in zip(graph.succ[v], graph.succ_bytes[v]):
-            other = self.device_of(w)
-            if other != d and nbytes and held.get(other, 0) < nbytes:
-                self.live[other] += nbytes - held.get(other, 0)
+            if not nbytes:
+                continue
+            other = device_of(w)
+            if other != d and held.get(other, 0) < nbytes:
+                live[other] += nbytes - held.get(other, 0)
                 held[other] = nbytes
-                self.peaks[other] = max(self.peaks[other], self.live[other])
+                if live[other] > peaks[other]:
+                    peaks[other] = live[other]
 
-    def _free(self, op: int) -> None:
-        held = self.held[op]
-        if held is None:
-            return
-        for d, nbytes in held.items():
-            self.live[d] -= nbytes
-        self.held[op] = None
+
+def _free(live: list[int], all_held: list[_Held | None], op: int) -> None:
+    """Every copy of ``op``'s outputs released."""
+    held = all_held[op]
+    if held is None:
+        return
+    for d, nbytes in held.items():
+        live[d] -= nbytes
+    all_held[op] = None
 
 
 def slot_size(sizes: tuple[int, ...], slot: int) -> int:
