@@ -14,6 +14,15 @@ import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "tfplace"
 
+_BELOW_THE_TOP = {
+    "tfplace.core",
+    "tfplace.simulator",
+    "tfplace.split",
+    "tfplace.placer",
+    "tfplace.tf_graph",
+    "tfplace.estimator",
+}
+
 MAY_IMPORT = {
     "tfplace.core": {"tfplace.core"},
     "tfplace.simulator": {"tfplace.core", "tfplace.simulator"},
@@ -21,28 +30,12 @@ MAY_IMPORT = {
     "tfplace.placer": {"tfplace.core", "tfplace.simulator", "tfplace.split", "tfplace.placer"},
     "tfplace.tf_graph": {"tfplace.core", "tfplace.split", "tfplace.tf_graph"},
     "tfplace.estimator": {"tfplace.core", "tfplace.tf_graph", "tfplace.estimator"},
-    "tfplace": {
-        "tfplace.core",
-        "tfplace.simulator",
-        "tfplace.split",
-        "tfplace.placer",
-        "tfplace.tf_graph",
-        "tfplace.estimator",
-        "tfplace",
-    },
-    "tfplace.cli": {
-        "tfplace.core",
-        "tfplace.simulator",
-        "tfplace.split",
-        "tfplace.placer",
-        "tfplace.tf_graph",
-        "tfplace.estimator",
-        "tfplace",
-        "tfplace.cli",
-    },
+    "tfplace": _BELOW_THE_TOP | {"tfplace"},
+    "tfplace.cli": _BELOW_THE_TOP | {"tfplace", "tfplace.cli"},
 }
 """Layer -> the layers its modules may import (docs/architecture.md). A module belongs to the
-longest layer its name starts with: ``tfplace`` itself is the top (API, CLI, runner, plots)."""
+longest layer its name starts with: ``tfplace`` itself is the top (API, runner, plots), and the
+CLI sits on it."""
 
 TENSORFLOW_FREE = {"tfplace.core", "tfplace.simulator", "tfplace.split", "tfplace.placer"}
 """Layers that must not import TensorFlow, not even inside a function."""
