@@ -104,6 +104,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "ccr",
+    "check_acyclic",
     "edge_time",
     "edge_transfers",
     "find_cycle_ops",
@@ -273,12 +274,7 @@ class CostGraph(nx.DiGraph):
         for name, forward in self.nodes(data="gradient_of", default=None):
             if forward is not None and (not isinstance(forward, str) or forward == name):
                 raise CostGraphError(f"op {name!r}: gradient_of must name another op, got {forward!r}")
-        cycle = find_cycle_ops(self)
-        if cycle:
-            raise CostGraphError(
-                f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}"
-                + (" -> ..." if len(cycle) > 12 else "")
-            )
+        check_acyclic(self)
 
 
 def _is_count(value: Any) -> bool:
@@ -427,6 +423,16 @@ def find_cycle_ops(graph: nx.DiGraph) -> list[str]:
             cycle = nx.find_cycle(graph.subgraph(component))
             return [str(src) for src, _ in cycle] + [str(cycle[0][0])]
     return []
+
+
+def check_acyclic(graph: nx.DiGraph) -> None:
+    """Raise :class:`CostGraphError` listing the ops on a cycle of ``graph``, if it has one."""
+    cycle = find_cycle_ops(graph)
+    if cycle:
+        raise CostGraphError(
+            f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}"
+            + (" -> ..." if len(cycle) > 12 else "")
+        )
 
 
 def output_bytes(graph: nx.DiGraph, op: str) -> int:

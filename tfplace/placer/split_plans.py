@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from tfplace.core.costgraph import CostGraph, CostGraphError, find_cycle_ops
+from tfplace.core.costgraph import CostGraph, check_acyclic
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement, simulated_memory_warnings
 from tfplace.split.data_parallel import data_parallel_plan
@@ -31,23 +31,15 @@ def plan_placement(
     tfplace.core.costgraph.CostGraphError
         When the graph has a cycle (the message names ops on it).
     """
-    cycle = find_cycle_ops(graph)
-    if cycle:
-        raise CostGraphError(f"the graph has a cycle through {len(cycle)} ops: {' -> '.join(cycle[:12])}")
+    check_acyclic(graph)
     start = time.perf_counter()
     plan = planner()
     plan.search_seconds = time.perf_counter() - start
-    busy: dict[str, float] = {}
-    if simulate:
-        result, _ = simulate_plan(graph, plan)
-        busy = {d.name: float(b) for d, b in zip(devices.all_devices, result.busy_time) if b}
     placement = plan.to_placement()
     placement.cost_graph = graph
     placement.details = {"memory_model": "simulated"}
-    if plan.step_time:
-        placement.utilization = {name: seconds / plan.step_time for name, seconds in busy.items()}
     placement.warnings = simulated_memory_warnings(plan.peak_memory, devices)
-    return placement
+    return placement.with_simulation(simulate_plan(graph, plan)[0]) if simulate else placement
 
 
 def data_parallel(
