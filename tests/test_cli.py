@@ -116,6 +116,13 @@ def test_bad_input_is_one_line_and_exit_status_1_before_any_tensorflow_work(caps
     assert message in line
 
 
+def test_run_names_a_placement_file_that_is_not_json(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{bad")
+    args = ("--graph", CNN, "--placement", tmp_path / "bad.json", "--batch_size=4")
+    assert tfplace_command("run", *args) == 1
+    assert "bad.json: not a readable placement or split plan" in error_line(capsys)
+
+
 # --------------------------------------------------------------------------------------------------
 # profile, place, simulate, run on the cnn test graph
 

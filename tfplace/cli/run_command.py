@@ -30,7 +30,7 @@ from tfplace.cli.options import (
     TRACE,
     WARMUP_STEPS,
 )
-from tfplace.core.placement import Placement
+from tfplace.core.placement import Placement, PlacementError
 from tfplace.core.units import format_seconds
 
 
@@ -129,8 +129,12 @@ def _load_placement_or_plan(path: str) -> Placement:
 
     from tfplace.split.plan import PLAN_FORMAT, SplitPlan
 
-    with open(path, encoding="utf-8") as handle:
-        is_plan = json.load(handle).get("format") == PLAN_FORMAT
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise PlacementError(f"{path}: not a readable placement or split plan ({error})") from None
+    is_plan = isinstance(document, dict) and document.get("format") == PLAN_FORMAT
     return SplitPlan.load(path).to_placement() if is_plan else Placement.load(path)
 
 
