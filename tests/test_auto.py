@@ -8,7 +8,7 @@ from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.synthetic import layered_training_graph, random_dag
 from tfplace.placer import PLACERS, place_cost_graph
-from tfplace.placer.auto import ALWAYS, MIN_SIMULATIONS, SMALL_GRAPH_OPS, auto
+from tfplace.placer.auto import ALWAYS, MIN_SIMULATIONS, SMALL_GRAPH_OPS, whole_op_search
 from tfplace.simulator import simulate
 
 
@@ -197,8 +197,8 @@ def test_the_budget_bounds_the_simulations():
     graph, spec, fraction = GRAPHS[0]
     devices = devices_for(graph, spec, fraction)
     indexed = index_graph(graph, devices.typical_link)
-    small = auto(indexed, devices, budget=1)
-    larger = auto(indexed, devices, budget=10 * len(indexed))
+    small = whole_op_search(indexed, devices, budget=1)
+    larger = whole_op_search(indexed, devices, budget=10 * len(indexed))
 
     assert small.details["simulations"] == MIN_SIMULATIONS
     assert larger.details["simulations"] == 10

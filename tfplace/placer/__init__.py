@@ -10,6 +10,7 @@ returns the fastest placement that fits in memory.
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from typing import Any
 
@@ -21,7 +22,14 @@ from tfplace.core.placement import Placement
 from tfplace.placer.base import PlacerFunction, PlacerOutput, check_constraints
 from tfplace.placer.capacity import capacity_warnings
 
-__all__ = ["DEFAULT_PLACER", "PLACERS", "PlacerOutput", "place_cost_graph", "placer_function"]
+__all__ = [
+    "DEFAULT_PLACER",
+    "PLACERS",
+    "PlacerOutput",
+    "place_cost_graph",
+    "place_whole_ops",
+    "placer_function",
+]
 
 #: Placer name -> ``module:function`` implementing it (imported on first use).
 PLACERS: dict[str, str] = {
@@ -42,7 +50,8 @@ PLACERS: dict[str, str] = {
 
 
 #: The placer used when none is named: the fastest simulated placement that fits, among Celeritas,
-#: the baselines and METIS variants (:mod:`tfplace.placer.auto`).
+#: the baselines, METIS variants and, on graphs that record what splitting needs, the split plans
+#: (:mod:`tfplace.placer.auto`).
 DEFAULT_PLACER = "auto"
 
 
@@ -91,8 +100,27 @@ def place_cost_graph(
     if getattr(function, "splits_ops", False):
         if not isinstance(graph, CostGraph):
             raise ValueError(f"placer {placer!r} splits ops and needs the cost graph, not an indexed graph")
+        if "coplace_gradients" in inspect.signature(function).parameters:  # it also places whole ops
+            options["coplace_gradients"] = coplace_gradients
         placement: Placement = function(graph, devices, simulate=simulate, **options)  # type: ignore[call-arg,arg-type,assignment]
         return placement
+    return place_whole_ops(
+        graph, devices, function, placer, simulate=simulate, coplace_gradients=coplace_gradients, **options
+    )
+
+
+def place_whole_ops(
+    graph: CostGraph | IndexedGraph,
+    devices: DeviceSet,
+    function: PlacerFunction,
+    name: str,
+    *,
+    simulate: bool = True,
+    coplace_gradients: bool = True,
+    **options: Any,
+) -> Placement:
+    """:func:`place_cost_graph` with a placer of whole ops, ``function`` (on the indexed graph), named
+    ``name`` in the placement; what a splitting placer that also places whole ops calls."""
     start = time.perf_counter()
     with gc_paused():
         indexed = (
@@ -111,7 +139,7 @@ def place_cost_graph(
     placement = Placement(
         assignment={op: names[d] for op, d in zip(indexed.names, output.op_devices.tolist())},
         devices=devices,
-        placer=placer,
+        placer=name,
         memory=used,
         placement_seconds=seconds,
         warnings=static_warnings + ([output.details["warning"]] if "warning" in output.details else []),

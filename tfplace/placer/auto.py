@@ -36,9 +36,22 @@ portfolio's order, METIS's seeds and the moves' order are fixed, and the budget 
 not seconds. The one clock involved is m-SCT's LP time limit (:func:`tfplace.placer.etf.m_sct`),
 in the portfolio of small graphs: past it, that candidate is m-ETF's placement.
 
+4. **Split plans.** On a cost graph that records what splitting needs (a batch size and each op's
+   inputs, schema version 3: :func:`tfplace.placer.split_plans.records_split_fields`) and more than
+   one target device, the split placers of :data:`SPLIT_CANDIDATES` (data parallelism, what
+   ``tf.distribute.MirroredStrategy`` does, and the layer-wise search) make a plan each, which
+   :func:`tfplace.split.expand.simulate_plan` simulates with its pieces, joins and all-reduces on the
+   same simulator; each is ranked as the placements are (tiers, then step), and the best of all
+   wins, the whole-op placement on a tie. So the default is never slower by the simulator than data
+   parallelism or one device, and never out of memory when one of them fits. A split winner is
+   returned as the split placer's :class:`~tfplace.core.placement.Placement` (its ``split_plan``:
+   ``apply`` rewrites a graph into the pieces), named ``auto (<placer> split plan)``. These plans are
+   outside the budget: expanding a plan into pieces costs about as much as the whole search (4-10 s
+   on Inception V3, 30 s on the NMT, on a busy 2-core machine).
+
 ``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
-it) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per
-device and tier, or why it was not simulated), ``simulations``, ``moves`` (tried and kept) and
+it, or the split placer) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per
+device and tier, or why it was not simulated; split plans with ``"split": True``), ``simulations``, ``moves`` (tried and kept) and
 ``margin``; with ``warning`` when the placement runs out of memory in the simulator; and
 ``memory_model = "simulated"``: memory was judged by the simulator, so the static estimate's
 overcommits (:mod:`tfplace.placer.capacity`) do not describe this placement.
@@ -47,23 +60,29 @@ overcommits (:mod:`tfplace.placer.capacity`) do not describe this placement.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from tfplace.core.costgraph import CostGraph
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
+from tfplace.core.placement import Placement
 from tfplace.core.progress import Progress
-from tfplace.placer import PLACERS, placer_function
+from tfplace.placer import PLACERS, place_whole_ops, placer_function
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
 from tfplace.placer.metis import contracted_graph, group_weights, partition
+from tfplace.placer.split_plans import records_split_fields
 from tfplace.simulator import simulate
+from tfplace.split.expand import simulate_plan
 
-__all__ = ["ALWAYS", "DEFAULT_BUDGET", "DEFAULT_MARGIN", "auto"]
+__all__ = ["ALWAYS", "DEFAULT_BUDGET", "DEFAULT_MARGIN", "SPLIT_CANDIDATES", "auto", "whole_op_search"]
 
 #: Share of each device's memory the simulated peak may not use, by default.
 DEFAULT_MARGIN = 0.05
@@ -82,6 +101,9 @@ VARIANT_SEEDS = (1, 2, 3, 4)
 #: Parts per target device of the finer partition local improvement moves, and its METIS seed.
 BLOCKS_PER_DEVICE = 4
 BLOCKS_SEED = 1
+
+#: Split placers (:mod:`tfplace.placer.split_plans`) whose plans compete with the placements.
+SPLIT_CANDIDATES = ("data_parallel", "layerwise")
 
 FITS, NO_MARGIN, OUT_OF_MEMORY = 0, 1, 2
 _TIERS = ("fits", "fits without the margin", "out of memory")
@@ -126,8 +148,7 @@ class _Judge:
 
     def __init__(self, graph: IndexedGraph, devices: DeviceSet, margin: float, simulations: int):
         self.graph, self.devices = graph, devices
-        self.capacity = np.array([d.memory for d in devices.all_devices], dtype=np.int64)
-        self.limit = self.capacity * (1.0 - margin)
+        self.memory = _MemoryLimits(devices, margin)
         self.left = simulations
         self.simulated = 0
         self.best: Scored | None = None
@@ -171,8 +192,7 @@ class _Judge:
         self.simulated += 1
         result = simulate(self.graph, op_devices, self.devices)
         peak = result.peak_memory
-        excess = int(np.maximum(peak - self.capacity, 0).sum())
-        tier = OUT_OF_MEMORY if excess else FITS if (peak <= self.limit).all() else NO_MARGIN
+        tier, excess = self.memory.tier(peak)
         if self.progress is not None:
             self.progress.advance(f"{name}: {result.makespan:.4g} s, {_TIERS[tier]}")
         return Scored(name, op_devices, float(result.makespan), peak, tier, excess)
@@ -187,15 +207,160 @@ class _Judge:
         }
 
 
+class _MemoryLimits:
+    """Which tier a simulated peak memory per device falls in, and by how many bytes it overflows."""
+
+    def __init__(self, devices: DeviceSet, margin: float):
+        self.names = [d.name for d in devices.all_devices]
+        self.capacity = np.array([d.memory for d in devices.all_devices], dtype=np.int64)
+        self.limit = self.capacity * (1.0 - margin)
+
+    def tier(self, peak: np.ndarray) -> tuple[int, int]:
+        """``(tier, bytes over capacity summed over the devices)`` of ``peak`` (one per device)."""
+        excess = int(np.maximum(peak - self.capacity, 0).sum())
+        return (OUT_OF_MEMORY if excess else FITS if (peak <= self.limit).all() else NO_MARGIN), excess
+
+    def scored(self, name: str, step_time: float, peak_memory: Mapping[str, int]) -> Scored:
+        """A candidate simulated elsewhere, from its step and peak bytes by device name."""
+        peak = np.array([peak_memory.get(device, 0) for device in self.names], dtype=np.int64)
+        tier, excess = self.tier(peak)
+        return Scored(name, np.zeros(0, dtype=np.int64), step_time, peak, tier, excess)
+
+
 def auto(
+    graph: CostGraph,
+    devices: DeviceSet,
+    *,
+    simulate: bool = True,
+    coplace_gradients: bool = True,
+    splits: bool = True,
+    margin: float = DEFAULT_MARGIN,
+    budget: int = DEFAULT_BUDGET,
+    memory_model: str = "liveness",
+) -> Placement:
+    """``placer="auto"``: the best ranked of the whole-op placements (:func:`whole_op_search`) and,
+    with ``splits`` on a graph that records what splitting needs, of the split plans (module
+    docstring, step 4).
+
+    Parameters
+    ----------
+    graph : CostGraph
+    devices : DeviceSet
+    simulate, coplace_gradients
+        As :func:`tfplace.placer.place_cost_graph`; ``auto`` simulates its winner whenever split
+        plans compete, so its ``step_time`` is then set either way.
+    splits : bool
+        Let split plans compete (``False``: the best placement of whole ops).
+    margin, budget, memory_model
+        As :func:`whole_op_search`.
+
+    Returns
+    -------
+    Placement
+        With ``split_plan`` when a split plan won; ``details`` as the module docstring says.
+    """
+    _check_options(margin, budget)
+    start = time.perf_counter()
+    splitting = splits and len(devices) > 1 and records_split_fields(graph)
+    total = _simulations(len(graph), budget) + (len(SPLIT_CANDIDATES) if splitting else 0)
+    with Progress("auto: simulations", total) as progress:
+        search = partial(
+            whole_op_search, margin=margin, budget=budget, memory_model=memory_model, progress=progress
+        )
+        whole = place_whole_ops(
+            graph,
+            devices,
+            search,
+            "auto",
+            simulate=simulate or splitting,
+            coplace_gradients=coplace_gradients,
+        )
+        if not splitting:
+            return whole
+        return _best_of(whole, _split_candidates(graph, devices, margin, progress), margin, start)
+
+
+def _split_candidates(
+    graph: CostGraph, devices: DeviceSet, margin: float, progress: Progress
+) -> list[tuple[Scored, Placement, Any]]:
+    """Each split placer's plan, simulated with its pieces and scored: ``(score, placement, result)``."""
+    memory = _MemoryLimits(devices, margin)
+    candidates = []
+    for name in SPLIT_CANDIDATES:
+        placement = placer_function(name)(graph, devices, simulate=False)  # type: ignore[call-arg,arg-type]
+        plan = placement.split_plan  # type: ignore[attr-defined]
+        result, _ = simulate_plan(graph, plan)
+        scored = memory.scored(name, float(result.makespan), plan.peak_memory)
+        progress.advance(f"{name} (split plan): {scored.step_time:.4g} s, {_TIERS[scored.tier]}")
+        candidates.append((scored, placement, result))
+    return candidates  # type: ignore[return-value]
+
+
+def _best_of(
+    whole: Placement, splits: list[tuple[Scored, Placement, Any]], margin: float, start: float
+) -> Placement:
+    """The whole-op placement ``whole`` or the better ranked split plan (the placement on a tie),
+    with every candidate in ``details["candidates"]`` and the time of the whole decision."""
+    memory = _MemoryLimits(whole.devices, margin)
+    assert whole.step_time is not None, "auto simulates its placement when split plans compete"
+    best = memory.scored("whole ops", whole.step_time, whole.peak_memory)
+    records = [
+        {
+            "name": scored.name,
+            "split": True,
+            "step_time": scored.step_time,
+            "peak_memory": {k: v for k, v in placement.split_plan.peak_memory.items() if v},
+            "tier": _TIERS[scored.tier],
+        }
+        for scored, placement, _ in splits
+    ]
+    details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records]}
+    winner = min(splits, key=lambda candidate: candidate[0].rank)
+    seconds = time.perf_counter() - start
+    if winner[0].rank >= best.rank:
+        return replace(whole, details=details, placement_seconds=seconds)
+    scored, placement, result = winner
+    name = f"auto ({scored.name} split plan)"
+    plan = placement.split_plan
+    plan.placer, plan.search_seconds = name, seconds
+    details.update(
+        winner=scored.name,
+        tier=_TIERS[scored.tier],
+        whole_op_winner=whole.details.get("winner"),
+        whole_op_step_time=whole.step_time,
+    )
+    details.pop("warning", None)
+    if scored.tier == OUT_OF_MEMORY:
+        details["warning"] = _out_of_memory_warning(scored)
+    return replace(placement, placer=name, details=details, placement_seconds=seconds).with_simulation(result)
+
+
+def _check_options(margin: float, budget: int) -> None:
+    if not 0 <= margin < 1:
+        raise ValueError(f"auto's memory margin must be in [0, 1), got {margin}")
+    if budget <= 0:
+        raise ValueError(f"auto's budget must be > 0 op-simulations, got {budget}")
+
+
+def _simulations(ops: int, budget: int) -> int:
+    """Simulated steps of whole-op placements ``budget`` allows on a graph of ``ops`` ops."""
+    return min(MAX_SIMULATIONS, max(MIN_SIMULATIONS, budget // max(ops, 1)))
+
+
+auto.splits_ops = True  # type: ignore[attr-defined]
+
+
+def whole_op_search(
     graph: IndexedGraph,
     devices: DeviceSet,
     *,
     margin: float = DEFAULT_MARGIN,
     budget: int = DEFAULT_BUDGET,
     memory_model: str = "liveness",
+    progress: Progress | None = None,
 ) -> PlacerOutput:
-    """The best ranked of the portfolio's placements after local improvement (module docstring).
+    """The best ranked of the portfolio's placements after local improvement (module docstring,
+    steps 1-3).
 
     Parameters
     ----------
@@ -207,21 +372,23 @@ def auto(
         Op-simulations to spend (``ops * simulations``), > 0.
     memory_model : str
         The memory model of the portfolio's registered placers (:mod:`tfplace.placer.ledger`).
+    progress : Progress, optional
+        Where each simulation is shown (its own progress line by default).
 
     Returns
     -------
     PlacerOutput
         ``details`` as the module docstring says.
     """
-    if not 0 <= margin < 1:
-        raise ValueError(f"auto's memory margin must be in [0, 1), got {margin}")
-    if budget <= 0:
-        raise ValueError(f"auto's budget must be > 0 op-simulations, got {budget}")
-    simulations = min(MAX_SIMULATIONS, max(MIN_SIMULATIONS, budget // max(len(graph), 1)))
+    _check_options(margin, budget)
+    simulations = _simulations(len(graph), budget)
     judge = _Judge(graph, devices, margin, simulations)
     contracted = contracted_graph(graph)
     template = MemoryLedger(graph, devices)
-    with Progress("auto: simulations", simulations) as judge.progress:
+    with (
+        nullcontext(progress) if progress is not None else Progress("auto: simulations", simulations) as shown
+    ):
+        judge.progress = shown
         for name, place in _candidates(template, contracted, memory_model):
             if judge.left <= 0:
                 break
@@ -266,13 +433,11 @@ def _candidates(
                 yield name, partial(_partition_placement, template, cut)
 
 
-SPLITTING = ("data_parallel", "layerwise")
-"""Registered placers that split ops (:mod:`tfplace.split`): they are no candidate placements of whole ops."""
-
-
 def _registered(ops: int) -> list[str]:
-    """Registered placers of the portfolio: :data:`ALWAYS`, then the others on small graphs."""
-    others = [p for p in PLACERS if p not in (*ALWAYS, "auto", *SPLITTING)] if ops <= SMALL_GRAPH_OPS else []
+    """Registered placers of the portfolio: :data:`ALWAYS`, then the others that place whole ops on
+    small graphs."""
+    others = [p for p in PLACERS if p not in ALWAYS and not getattr(placer_function(p), "splits_ops", False)]
+    others = others if ops <= SMALL_GRAPH_OPS else []
     return [*ALWAYS, *others]
 
 

@@ -17,7 +17,16 @@ from tfplace.split.expand import simulate_plan
 from tfplace.split.layerwise import layerwise_plan, search_plan
 from tfplace.split.plan import SplitPlan
 
-__all__ = ["data_parallel", "layerwise", "plan_placement"]
+__all__ = ["data_parallel", "layerwise", "plan_placement", "records_split_fields"]
+
+
+def records_split_fields(graph: CostGraph) -> bool:
+    """Whether ``graph`` records what planning splits needs: its batch size and which input of each
+    op is which (``inputs``, cost-graph schema version 3). Without them a split plan could split
+    only the ops whose rules read every input alike, so ``auto`` does not try one."""
+    return bool(graph.graph.get("batch_size")) and any(
+        inputs is not None for _, inputs in graph.nodes(data="inputs")
+    )
 
 
 def plan_placement(
