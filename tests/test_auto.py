@@ -1,19 +1,30 @@
 """auto: the simulator judges a portfolio of placements and local moves; the fastest that fits wins."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+from test_split_layerwise import wide_layer_graph
 
-from helpers import UNIT_LINK, chain_graph
+from helpers import UNIT_LINK, chain_graph, small_cnn_graph
+from tfplace.core import progress
+from tfplace.core.costgraph import load_json
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.synthetic import layered_training_graph, random_dag
+from tfplace.core.transfer import TransferModel
 from tfplace.placer import PLACERS, place_cost_graph
 from tfplace.placer.auto import ALWAYS, MIN_SIMULATIONS, SMALL_GRAPH_OPS, whole_op_search
 from tfplace.simulator import simulate
+from tfplace.split.data_parallel import data_parallel_plan
+from tfplace.split.expand import simulate_plan
+
+TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
-def gpus(count=2, memory=10**9):
-    return DeviceSet.parse(f"/device:GPU:0-{count - 1}", memory, intra_host=UNIT_LINK)
+def gpus(count=2, memory=10**9, link=UNIT_LINK):
+    return DeviceSet.parse(f"/device:GPU:0-{count - 1}", memory, intra_host=link)
 
 
 def fits(placement, devices, margin=0.05):
@@ -218,3 +229,119 @@ def test_an_empty_graph_gets_an_empty_placement():
     assert placement.assignment == {}
     assert placement.step_time == 0.0
     assert np.isfinite(placement.details["candidates"][0]["step_time"])
+
+
+# -- split plans (data parallelism and the layer-wise search) compete on graphs that record splits --
+
+FAST_LINK = TransferModel(k=1e-6, b=0.0, name="fast")
+
+
+def split_case(graph, devices):
+    graph.set_transfer_model(devices.typical_link)
+    return graph, devices
+
+
+def split_candidates(placement):
+    return {c["name"]: c for c in placement.details["candidates"] if c.get("split")}
+
+
+def test_auto_picks_data_parallelism_when_it_is_the_fastest_that_fits():
+    graph, devices = split_case(small_cnn_graph(8), gpus(memory="1GB", link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    parallel = data_parallel_plan(graph, devices)
+    simulate_plan(graph, parallel)
+    single = place_cost_graph(graph, devices, "single")
+    assert (
+        placement.details["winner"] == "data_parallel"
+        and placement.placer == "auto (data_parallel split plan)"
+    )
+    assert placement.step_time == pytest.approx(parallel.step_time) and placement.step_time < single.step_time
+    assert placement.pieces == {op: split.devices for op, split in placement.split_plan.split_ops.items()}
+    assert split_candidates(placement)["layerwise"]["step_time"] >= placement.step_time  # a tie keeps DP
+
+
+def test_auto_takes_the_layer_wise_plan_where_it_beats_data_parallelism_and_every_placement():
+    graph, devices = split_case(wide_layer_graph(), gpus(memory="1GB", link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    split = split_candidates(placement)
+    assert placement.details["winner"] == "layerwise"
+    assert placement.step_time < split["data_parallel"]["step_time"]
+    assert placement.step_time < placement.details["whole_op_step_time"]
+    assert placement.split_plan.splits["logits"].dimension == "channel"
+
+
+def test_auto_keeps_a_placement_of_whole_ops_when_no_split_plan_is_faster():
+    graph, devices = split_case(wide_layer_graph(batch=512), gpus(memory="1GB", link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    assert placement.placer == "auto" and placement.split_plan is None and not placement.pieces
+    assert all(c["step_time"] >= placement.step_time for c in split_candidates(placement).values())
+
+
+def test_auto_prefers_a_split_plan_that_fits_to_faster_placements_that_run_out_of_memory():
+    memory = 5_000_000  # one device would be fastest but needs 7.7 MB
+    graph, devices = split_case(wide_layer_graph(batch=512), gpus(memory=memory, link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    single = place_cost_graph(graph, devices, "single")
+    assert max(single.peak_memory.values()) > memory and single.step_time < placement.step_time
+    assert placement.split_plan is not None and fits(placement, devices)
+
+
+def test_auto_tries_no_split_plan_on_a_graph_without_the_split_fields_or_when_told_not_to():
+    committed = load_json(TEST_DATA / "cnn_costs_b64.json.gz")
+    graph, devices = split_case(small_cnn_graph(8), gpus(memory="1GB", link=FAST_LINK))
+
+    for placement in (
+        place_cost_graph(committed, gpus(memory="1GB", link=FAST_LINK), "auto"),
+        place_cost_graph(graph, devices, "auto", splits=False),
+    ):
+        assert placement.split_plan is None and not split_candidates(placement)
+
+
+def test_the_progress_lines_name_the_split_plans(capsys, monkeypatch):
+    monkeypatch.delenv("TFPLACE_QUIET", raising=False)
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)  # every simulation on its own line
+    graph, devices = split_case(small_cnn_graph(8), gpus(memory="1GB", link=FAST_LINK))
+
+    place_cost_graph(graph, devices, "auto")
+
+    err = capsys.readouterr().err
+    assert "data_parallel (split plan):" in err and "layerwise (split plan):" in err
+
+
+@pytest.mark.tensorflow
+def test_auto_s_split_choice_applies_as_a_split_rewrite_that_trains_as_the_unsplit_graph():
+    from helpers import feed_function
+    from tfplace.tf_graph.importer import load_graph
+    from tfplace.tf_graph.session import virtual_cpu_config
+    from tfplace.tf_graph.split_attrs import annotate_split_fields
+    from tfplace.tf_graph.split_check import compare_split
+
+    tf_graph = load_graph(TEST_DATA / "cnn.meta")
+    graph = load_json(TEST_DATA / "cnn_costs_b64.json.gz")
+    annotate_split_fields(graph, tf_graph)  # the committed costs with what splitting needs
+    devices = DeviceSet.parse(
+        "/device:CPU:0-1", "1GB", intra_host=TransferModel(k=1e-10, b=1e-6, name="fast")
+    )
+    graph.set_transfer_model(devices.typical_link)
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    assert placement.split_plan is not None and placement.split_plan.batch_size == 64
+    rewritten = placement.apply(tf_graph)
+    pieces = {op.device for op in rewritten.get_operations() if "/piece" in op.name}
+    assert pieces == {"/device:CPU:0", "/device:CPU:1"}
+    entry = json.loads((TEST_DATA / "graphs.json").read_text())["cnn"]
+    check = compare_split(
+        tf_graph, placement.split_plan, ["loss:0", "train_op"], feed_function(entry)(64), steps=2,
+        config=virtual_cpu_config(2), batch_size=64,
+    )  # fmt: skip
+    assert check.max_deviation < 1e-5, check.worst
+    assert check.pieces_run > 0 and not check.misplaced
