@@ -345,3 +345,12 @@ def test_auto_s_split_choice_applies_as_a_split_rewrite_that_trains_as_the_unspl
     )  # fmt: skip
     assert check.max_deviation < 1e-5, check.worst
     assert check.pieces_run > 0 and not check.misplaced
+
+
+def test_a_split_plan_the_rewrite_refuses_does_not_win_and_its_record_says_why():
+    graph, devices = split_case(small_cnn_graph(8), gpus(memory="1GB", link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto", runnable=lambda plan: "op 'conv': cannot be cut")
+
+    assert placement.split_plan is None and placement.placer == "auto"
+    assert split_candidates(placement)["data_parallel"]["refused"] == "op 'conv': cannot be cut"

@@ -42,7 +42,9 @@ __all__ = [
     "place",
     "place_costs",
     "place_remaining_ops",
+    "split_rewrite_check",
     "unconverted_times_warning",
+    "with_split_rewrite_check",
 ]
 
 DEFAULT_CACHE_DIR = os.path.join(".tfplace_cache", "profiles")
@@ -315,7 +317,7 @@ def place(
             device_set,
             structure=estimate.imported.cost_graph,
             placer=placer,
-            placer_options=placer_options,
+            placer_options=with_split_rewrite_check(placer, placer_options, graph),
             target_device=target_device,
             simulate=simulate,
             coplace_gradients=coplace_gradients,
@@ -402,6 +404,35 @@ def place_costs(
     for warning in placement.warnings:
         logging.warning("tfplace: %s", warning)
     return placement
+
+
+def split_rewrite_check(graph: Any) -> Callable[[Any], str | None]:
+    """Why TensorFlow's rewrite (:mod:`tfplace.tf_graph.split_rewrite`) cannot run a split plan on
+    ``graph`` (a ``tf.Graph``, ``GraphDef``, ``MetaGraphDef`` or a path of one), ``None`` when it can:
+    the ``runnable`` check ``auto`` asks before a split plan wins (:mod:`tfplace.placer.auto`)."""
+
+    def refusal(plan: Any) -> str | None:
+        from tfplace.tf_graph.split_rewrite import rewrite_graph_def
+
+        try:
+            rewrite_graph_def(plan, graph, plan.batch_size)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    return refusal
+
+
+def with_split_rewrite_check(
+    placer: str | None, options: Mapping[str, Any] | None, graph: Any
+) -> Mapping[str, Any] | None:
+    """``options`` with ``auto``'s ``runnable`` check on ``graph`` (:func:`split_rewrite_check`) when
+    the placer is ``auto`` (the default) and the caller gave none."""
+    from tfplace.placer import DEFAULT_PLACER
+
+    if (placer or DEFAULT_PLACER) != "auto" or "runnable" in (options or {}):
+        return options
+    return {**(options or {}), "runnable": split_rewrite_check(graph)}
 
 
 def measurement_placement(estimated: CostGraph, structure: nx.DiGraph, devices: DeviceSet) -> Placement:

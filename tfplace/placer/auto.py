@@ -45,7 +45,8 @@ in the portfolio of small graphs: past it, that candidate is m-ETF's placement.
    wins, the whole-op placement on a tie. So the default is never slower by the simulator than data
    parallelism or one device, and never out of memory when one of them fits. A split winner is
    returned as the split placer's :class:`~tfplace.core.placement.Placement` (its ``split_plan``:
-   ``apply`` rewrites a graph into the pieces), named ``auto (<placer> split plan)``. These plans are
+   ``apply`` rewrites a graph into the pieces), named ``auto (<placer> split plan)``, unless the
+   ``runnable`` check (TensorFlow's rewrite, when the caller has the graph) refuses it. These plans are
    outside the budget: expanding a plan into pieces costs about as much as the whole search (4-10 s
    on Inception V3, 30 s on the NMT, on a busy 2-core machine).
 
@@ -81,6 +82,7 @@ from tfplace.placer.metis import contracted_graph, group_weights, partition
 from tfplace.placer.split_plans import records_split_fields
 from tfplace.simulator import simulate
 from tfplace.split.expand import simulate_plan
+from tfplace.split.plan import SplitPlan
 
 __all__ = ["ALWAYS", "DEFAULT_BUDGET", "DEFAULT_MARGIN", "SPLIT_CANDIDATES", "auto", "whole_op_search"]
 
@@ -237,6 +239,7 @@ def auto(
     margin: float = DEFAULT_MARGIN,
     budget: int = DEFAULT_BUDGET,
     memory_model: str = "liveness",
+    runnable: Callable[[SplitPlan], str | None] | None = None,
 ) -> Placement:
     """``placer="auto"``: the best ranked of the whole-op placements (:func:`whole_op_search`) and,
     with ``splits`` on a graph that records what splitting needs, of the split plans (module
@@ -253,6 +256,10 @@ def auto(
         Let split plans compete (``False``: the best placement of whole ops).
     margin, budget, memory_model
         As :func:`whole_op_search`.
+    runnable : callable, optional
+        Why a split plan cannot run (``None`` when it can): TensorFlow's rewrite asked on the user's
+        graph (:func:`tfplace.api.split_rewrite_check`, which :func:`tfplace.api.place` and
+        ``tfplace place --graph`` pass). A split plan it refuses does not win; its record says why.
 
     Returns
     -------
@@ -277,7 +284,7 @@ def auto(
         )
         if not splitting:
             return whole
-        return _best_of(whole, _split_candidates(graph, devices, margin, progress), margin, start)
+        return _best_of(whole, _split_candidates(graph, devices, margin, progress), margin, start, runnable)
 
 
 def _split_candidates(
@@ -297,15 +304,20 @@ def _split_candidates(
 
 
 def _best_of(
-    whole: Placement, splits: list[tuple[Scored, Placement, Any]], margin: float, start: float
+    whole: Placement,
+    splits: list[tuple[Scored, Placement, Any]],
+    margin: float,
+    start: float,
+    runnable: Callable[[SplitPlan], str | None] | None,
 ) -> Placement:
-    """The whole-op placement ``whole`` or the better ranked split plan (the placement on a tie),
-    with every candidate in ``details["candidates"]`` and the time of the whole decision."""
+    """The whole-op placement ``whole`` or the best ranked split plan that ranks better and that
+    ``runnable`` does not refuse (the placement on a tie), with every candidate in
+    ``details["candidates"]`` and the time of the whole decision."""
     memory = _MemoryLimits(whole.devices, margin)
     assert whole.step_time is not None, "auto simulates its placement when split plans compete"
     best = memory.scored("whole ops", whole.step_time, whole.peak_memory)
-    records = [
-        {
+    records = {
+        scored.name: {
             "name": scored.name,
             "split": True,
             "step_time": scored.step_time,
@@ -313,11 +325,17 @@ def _best_of(
             "tier": _TIERS[scored.tier],
         }
         for scored, placement, _ in splits
-    ]
-    details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records]}
-    winner = min(splits, key=lambda candidate: candidate[0].rank)
+    }
+    winner = None
+    for candidate in sorted(splits, key=lambda candidate: candidate[0].rank):  # stable: ties keep the order
+        refusal = runnable(candidate[1].split_plan) if runnable and candidate[0].rank < best.rank else None
+        if refusal is None:
+            winner = candidate
+            break
+        records[candidate[0].name]["refused"] = refusal
+    details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records.values()]}
     seconds = time.perf_counter() - start
-    if winner[0].rank >= best.rank:
+    if winner is None or winner[0].rank >= best.rank:
         return replace(whole, details=details, placement_seconds=seconds)
     scored, placement, result = winner
     name = f"auto ({scored.name} split plan)"

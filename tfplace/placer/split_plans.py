@@ -30,10 +30,15 @@ def records_split_fields(graph: CostGraph) -> bool:
 
 
 def plan_placement(
-    graph: CostGraph, devices: DeviceSet, planner: Callable[[], SplitPlan], *, simulate: bool = True
+    graph: CostGraph,
+    devices: DeviceSet,
+    planner: Callable[[], SplitPlan],
+    *,
+    simulate: bool = True,
+    speeds: Sequence[float] | None = None,
 ) -> Placement:
     """The plan ``planner()`` makes for ``graph`` as a :class:`Placement`, simulated when ``simulate``
-    is true (a warning names each device whose simulated peak exceeds its memory).
+    is true on devices of ``speeds`` (a warning names each device whose simulated peak exceeds its memory).
 
     Raises
     ------
@@ -48,7 +53,10 @@ def plan_placement(
     placement.cost_graph = graph
     placement.details = {"memory_model": "simulated"}
     placement.warnings = simulated_memory_warnings(plan.peak_memory, devices)
-    return placement.with_simulation(simulate_plan(graph, plan)[0]) if simulate else placement
+    if not simulate:
+        return placement
+    by_name = dict(zip(devices.names, speeds)) if speeds is not None else None
+    return placement.with_simulation(simulate_plan(graph, plan, speeds=by_name)[0])
 
 
 def data_parallel(
@@ -57,7 +65,11 @@ def data_parallel(
     """``placer="data_parallel"``: :func:`tfplace.split.data_parallel.data_parallel_plan` (what
     ``tf.distribute.MirroredStrategy`` does) as a placement."""
     return plan_placement(
-        graph, devices, lambda: data_parallel_plan(graph, devices, speeds=speeds), simulate=simulate
+        graph,
+        devices,
+        lambda: data_parallel_plan(graph, devices, speeds=speeds),
+        simulate=simulate,
+        speeds=speeds,
     )
 
 
