@@ -464,3 +464,71 @@ def test_place_with_a_split_placer_writes_the_graph_in_pieces_and_run_trains_it_
     )  # fmt: skip
     assert status == 0
     assert "fetched scalars per step:" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# split plans from auto, simulated and read by tfplace simulate and run
+
+SPLIT_COSTS = TEST_DATA / "cnn_split_costs_b64.json.gz"
+#: Two devices in one process (a cheap link): auto's best is a split plan on the committed costs.
+SPLIT_DEVICES = ("--devices=/device:CPU:0-1", "--memory=1GB", "--link=same_process")
+
+
+def step_line(out):
+    return next(line for line in out.splitlines() if line.startswith("estimated step time:"))
+
+
+def test_place_with_auto_writes_the_split_plan_it_chose_and_simulate_reads_it_with_its_pieces(
+    tmp_path, capsys
+):
+    from tfplace.split.plan import SplitPlan
+
+    plan_path = tmp_path / "plan.json"
+    status = tfplace_command(
+        "place", "--cost_graph", SPLIT_COSTS, *SPLIT_DEVICES, "--placer=auto", f"--placement_out={plan_path}"
+    )
+    assert status == 0
+    placed = capsys.readouterr().out
+    assert f"wrote split plan: {plan_path}" in placed and "placer auto (layerwise split plan)" in placed
+    assert SplitPlan.load(plan_path).split_ops
+
+    trace = tmp_path / "trace.json"
+    status = tfplace_command(
+        "simulate", "--cost_graph", SPLIT_COSTS, "--placement", plan_path, f"--trace={trace}"
+    )
+    assert status == 0
+    simulated = capsys.readouterr().out
+    assert "of which pieces" in simulated and "split into pieces" in simulated
+    assert step_line(simulated).split(";")[0] == step_line(placed).split(";")[0]
+    assert "#p1" in trace.read_text()  # the trace shows the second piece of split ops
+
+
+def test_simulate_refuses_a_split_plan_made_for_another_graph_in_one_line(tmp_path, capsys):
+    plan_path = tmp_path / "plan.json"
+    tfplace_command("place", "--cost_graph", SPLIT_COSTS, *SPLIT_DEVICES, f"--placement_out={plan_path}")
+    capsys.readouterr()
+
+    status = tfplace_command(
+        "simulate", "--cost_graph", TEST_DATA / "lstm_v1_costs_b64.json.gz", "--placement", plan_path
+    )
+
+    assert status == 1
+    assert "the placement has no device for" in error_line(capsys)
+
+
+def test_run_reads_a_split_plan_file_once(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    plan_path = tmp_path / "plan.json"
+    tfplace_command("place", "--cost_graph", SPLIT_COSTS, *SPLIT_DEVICES, f"--placement_out={plan_path}")
+    capsys.readouterr()
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k)
+    )
+
+    status = tfplace_command("run", "--graph=missing.meta", "--placement", plan_path, "--batch_size=64")
+
+    assert status == 1 and "--graph missing.meta: no such file" in error_line(capsys)  # after the plan
+    assert opened.count(str(plan_path)) == 1

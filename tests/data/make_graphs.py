@@ -26,7 +26,9 @@ Beside them, not written by this script, two cost graphs measured once on a 2-co
 tests of what placers decide on a real graph's costs see the same numbers on every machine:
 ``cnn_costs_b64.json.gz`` (``tfplace profile --graph tests/data/cnn.meta --batch_size=64
 --profile_batch_sizes=1,2,4 --cache_dir= --out ...``) and ``lstm_v1_costs_b64.json.gz`` (the same
-for ``lstm_v1.meta`` with ``--input_shape=inputs=4,B,5``).
+for ``lstm_v1.meta`` with ``--input_shape=inputs=4,B,5``). ``cnn_split_costs_b64.json.gz`` is the
+first with what splitting needs (``attrs``, ``output_shapes``, ``inputs`` of schema version 3) read
+from ``cnn.meta`` by :func:`tfplace.tf_graph.split_attrs.annotate_split_fields`, costs unchanged.
 """
 
 from __future__ import annotations

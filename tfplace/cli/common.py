@@ -41,7 +41,7 @@ from tfplace.cli.options import (
 )
 from tfplace.core.costgraph import CostGraph, load_json
 from tfplace.core.devices import DeviceSet
-from tfplace.core.placement import Placement
+from tfplace.core.placement import Placement, PlacementError
 from tfplace.core.transfer import TransferModel
 
 
@@ -229,6 +229,23 @@ def placer_options() -> dict[str, Any]:
     return options
 
 
+def read_placement(holder: flags.FlagHolder[Any]) -> Placement:
+    """The placement JSON a flag names, or a split plan JSON (``tfplace place`` writes one when the
+    placer split ops) as the placement that runs it: its ``split_plan`` is simulated with its pieces
+    and its ``apply`` rewrites the graph into them. The file is read once."""
+    from tfplace.split.plan import PLAN_FORMAT, SplitPlan
+
+    path = existing_file(holder)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+        if isinstance(document, dict) and document.get("format") == PLAN_FORMAT:
+            return SplitPlan.from_dict(document).to_placement()
+        return Placement.from_dict(document)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, PlacementError) as error:
+        raise PlacementError(f"{path}: not a readable placement or split plan ({error})") from None
+
+
 def read_cost_graph() -> CostGraph:
     graph = load_json(existing_file(COST_GRAPH))
     logging.info("tfplace: read the costs of %d ops from %s", len(graph), COST_GRAPH.value)
@@ -244,8 +261,10 @@ def check_suffix(holder: flags.FlagHolder[Any], suffixes: tuple[str, ...], what:
 # outputs
 
 
-def simulated(cost_graph: CostGraph, placement: Placement, *, record: bool) -> Any:
-    """The simulated step of ``placement``'s devices for the ops of ``cost_graph``."""
+def simulated(cost_graph: CostGraph, placement: Placement, *, record: bool) -> tuple[Any, CostGraph]:
+    """The simulated step of ``placement``'s devices for the ops of ``cost_graph``, and the graph
+    simulated: ``cost_graph``, or for a split plan (``placement.split_plan``) the cost graph of its
+    pieces, joins and all-reduces (:func:`tfplace.split.expand.simulate_plan`)."""
     from tfplace.simulator import simulate
 
     missing = [op for op in cost_graph if op not in placement.assignment]
@@ -254,12 +273,21 @@ def simulated(cost_graph: CostGraph, placement: Placement, *, record: bool) -> A
             f"the placement has no device for {len(missing)} ops of the cost graph ({', '.join(missing[:3])}): "
             "was it made for another graph?"
         )
+    if placement.split_plan is not None:
+        from dataclasses import replace
+
+        from tfplace.split.expand import simulate_plan
+
+        plan = placement.split_plan
+        plan = replace(plan, splits={op: plan.splits[op] for op in cost_graph if op in plan.splits})
+        result, expanded = simulate_plan(cost_graph, plan, priority=PRIORITY.value, record=record)
+        return result, expanded.graph
     step = {op: placement.assignment[op] for op in cost_graph}
-    return simulate(cost_graph, step, placement.devices, priority=PRIORITY.value, record=record)
+    return simulate(cost_graph, step, placement.devices, priority=PRIORITY.value, record=record), cost_graph
 
 
 def write_pictures(result: Any, placement: Placement, cost_graph: CostGraph) -> list[str]:
-    """``--trace`` and ``--timeline_png`` of a simulated step; what was written."""
+    """``--trace`` and ``--timeline_png`` of a simulated step of ``cost_graph``; what was written."""
     written = []
     if TRACE.value:
         from tfplace.simulator import to_chrome_trace

@@ -90,22 +90,24 @@ def _place() -> int:
     cost_graph = named(placement.cost_graph)
     written = []
     if PLACEMENT_OUT.value:  # a split placement as its plan: tfplace run rewrites the graph from it
-        (placement if placement.split_plan is None else placement.split_plan).save(PLACEMENT_OUT.value)
-        written.append(f"placement: {PLACEMENT_OUT.value}")
+        plan = placement.split_plan
+        (placement if plan is None else plan).save(PLACEMENT_OUT.value)
+        written.append(f"{'placement' if plan is None else 'split plan'}: {PLACEMENT_OUT.value}")
     if COST_GRAPH_OUT.value:
         save_json(cost_graph, COST_GRAPH_OUT.value)
         written.append(f"cost graph: {COST_GRAPH_OUT.value}")
     if graph is not None:
         written += _write_placed_graph(graph, placement)
     if TRACE.value or TIMELINE_PNG.value:
-        written += write_pictures(simulated(cost_graph, placement, record=True), placement, cost_graph)
+        result, simulated_graph = simulated(cost_graph, placement, record=True)
+        written += write_pictures(result, placement, simulated_graph)
     print_report(placement.summary(), written)
     return 0
 
 
 def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -> Placement:
     """Place ``--cost_graph``; with ``graph``, extend the placement to its ops outside the step."""
-    from tfplace.api import place_costs
+    from tfplace.api import place_costs, with_split_rewrite_check
 
     cost_graph = on_target(read_cost_graph())
     batch = cost_graph.graph.get("batch_size")
@@ -129,7 +131,7 @@ def _place_cost_graph(graph: Any, devices: DeviceSet, options: dict[str, Any]) -
         devices,
         structure=structure,
         placer=PLACER.value,
-        placer_options=options,
+        placer_options=options if graph is None else with_split_rewrite_check(PLACER.value, options, graph),
         coplace_gradients=COPLACE_GRADIENTS.value,
     )
 

@@ -11,11 +11,11 @@ from tfplace.cli.common import (
     Command,
     InputError,
     checked_fetches,
-    existing_file,
     feed_fn,
     print_report,
     read_cost_graph,
     read_graph,
+    read_placement,
 )
 from tfplace.cli.options import (
     BATCH_SIZE,
@@ -30,7 +30,7 @@ from tfplace.cli.options import (
     TRACE,
     WARMUP_STEPS,
 )
-from tfplace.core.placement import Placement, PlacementError
+from tfplace.core.placement import Placement
 from tfplace.core.units import format_seconds
 
 
@@ -39,7 +39,7 @@ def _run() -> int:
     from tfplace.core.tables import format_table
     from tfplace.runner import run_placement
 
-    placement = _load_placement_or_plan(existing_file(PLACEMENT))
+    placement = read_placement(PLACEMENT)
     if COST_GRAPH.value:
         placement.cost_graph = read_cost_graph()
     if not CLUSTER.value:
@@ -120,22 +120,6 @@ def _fetched_scalars(fetches: list[str], report: Any) -> list[tuple[str, ...]]:
     for step, (phase, values) in enumerate(zip(phases, report.values), start=1):
         rows.append((str(step), phase, *(f"{float(values[i]):.6g}" for i in numeric)))
     return rows
-
-
-def _load_placement_or_plan(path: str) -> Placement:
-    """A placement JSON, or a split plan JSON as the placement that runs it (its ``apply`` rewrites
-    the graph into the plan's pieces)."""
-    import json
-
-    from tfplace.split.plan import PLAN_FORMAT, SplitPlan
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise PlacementError(f"{path}: not a readable placement or split plan ({error})") from None
-    is_plan = isinstance(document, dict) and document.get("format") == PLAN_FORMAT
-    return SplitPlan.load(path).to_placement() if is_plan else Placement.load(path)
 
 
 def _check_local_devices(placement: Placement) -> None:
