@@ -49,6 +49,7 @@ from experiments.comparison import (
     fastest_fitting,
     record_step,
 )
+from experiments.inference import forward_graph, profile_resnet50_inference
 from experiments.report import (
     RealRun,
     Table,
@@ -59,6 +60,13 @@ from experiments.report import (
     real_run_table,
     step_time_table,
     write_tables,
+)
+from experiments.split_results import (
+    inference_results,
+    inference_table,
+    plans_table,
+    targets_table,
+    training_results,
 )
 from tfplace.api import DEFAULT_CACHE_DIR, CostEstimate, estimate_costs, place_costs
 from tfplace.core.costgraph import CostGraph, graph_memory, load_json, save_json
@@ -80,6 +88,12 @@ The profiler keeps one session per batch size; the unrolled NMT at 2048 units ne
 session here (the weight gradient of every time step is a separate tensor), so three sessions
 exceed the 24 GB of this machine and two are profiled.
 """
+
+TABLE_GROUPS = ("paper", "split", "inference")
+"""What ``--tables`` chooses from (see its help)."""
+
+INFERENCE_MODELS = ("inception_v3", "resnet50_inference")
+"""Forward-only graphs of the inference table (:mod:`experiments.inference`)."""
 
 _SMALL_NMT = {"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}
 
@@ -148,6 +162,23 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     "real_memory_fraction", 0.6, "Memory of each real-run device, as a share of the step's estimated memory."
 )
+flags.DEFINE_list(
+    "tables",
+    list(TABLE_GROUPS),
+    "Which tables to make: paper (Tables 2-5, tables.md), split (split plans of the training steps, "
+    "split_plans.md), inference (forward-only latency of split plans, split_inference.md).",
+)
+flags.DEFINE_list(
+    "unequal_speeds", ["1", "0.5"], "Speeds of the two devices of unequal speed (empty: no such rows)."
+)
+flags.DEFINE_list(
+    "inference_models",
+    list(INFERENCE_MODELS),
+    "Forward-only graphs of the inference table: inception_v3 (cut from its training graph), "
+    "resnet50_inference (tf_keras ResNet50 profiled forward-only).",
+)
+flags.DEFINE_list("inference_batches", ["1", "8", "64"], "Batch sizes of the inference table.")
+flags.DEFINE_list("inference_devices", ["2", "4"], "Numbers of equal devices of the inference table.")
 
 
 def _parse_knobs(items: Sequence[str]) -> dict[str, Any]:
@@ -373,11 +404,31 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unknown placers {unknown}; choose from {', '.join(PLACERS)}")
     if FLAGS.cost_graphs and FLAGS.real:
         raise app.UsageError("--real profiles and runs the models: leave out --cost_graphs")
+    groups = set(FLAGS.tables)
+    if groups - set(TABLE_GROUPS):
+        raise app.UsageError(
+            f"unknown --tables {sorted(groups - set(TABLE_GROUPS))}; choose from {', '.join(TABLE_GROUPS)}"
+        )
+    unknown = sorted(set(FLAGS.inference_models) - set(INFERENCE_MODELS))
+    if unknown:
+        raise app.UsageError(
+            f"unknown --inference_models {unknown}; choose from {', '.join(INFERENCE_MODELS)}"
+        )
     devices = target_devices(_link())
     output_dir = Path(FLAGS.output_dir)
     saves = FLAGS.save_graphs and not FLAGS.cost_graphs
     (output_dir / "graphs" if saves else output_dir).mkdir(parents=True, exist_ok=True)
+    if "paper" in groups:
+        paper_tables(names, devices, output_dir, started)
+    graphs_dir = Path(FLAGS.cost_graphs) if FLAGS.cost_graphs else output_dir / "graphs"
+    if "split" in groups:
+        split_tables(names, graphs_dir, output_dir)
+    if "inference" in groups:
+        inference_tables(graphs_dir, output_dir)
 
+
+def paper_tables(names: Sequence[str], devices: DeviceSet, output_dir: Path, started: float) -> None:
+    """Tables 2-5 (and Table R with ``--real``), ``runs.csv``, the plots and ``tables.md``."""
     runs: list[PlacerRun] = []
     fusion: list[FusionStats] = []
     graph_ops: dict[str, int] = {}
@@ -408,6 +459,98 @@ def main(argv: Sequence[str]) -> None:
     preamble = _preamble(devices, real_link, seconds)
     path = write_tables(tables, output_dir, preamble=preamble)
     print(path.read_text())
+
+
+def _unequal_devices(link: TransferModel) -> tuple[DeviceSet | None, list[float]]:
+    """The devices of ``--unequal_speeds`` (``None`` when it is empty) and their speeds."""
+    speeds = [float(s) for s in FLAGS.unequal_speeds]
+    if not speeds:
+        return None, speeds
+    return _gpus(len(speeds), link), speeds
+
+
+def _gpus(count: int, link: TransferModel) -> DeviceSet:
+    memory = parse_memory(FLAGS.device_memory) if FLAGS.device_memory else DEVICE_MODELS[FLAGS.device].memory
+    return DeviceSet.parse(f"/device:GPU:0-{count - 1}", memory, intra_host=link)
+
+
+def _saved_graph(graphs_dir: Path, name: str) -> CostGraph:
+    path = graphs_dir / f"{name}.json.gz"
+    if not path.exists():
+        raise app.UsageError(
+            f"{path}: no saved cost graph; make it with --tables=paper or give --cost_graphs"
+        )
+    return load_json(path)
+
+
+def split_tables(names: Sequence[str], graphs_dir: Path, output_dir: Path) -> None:
+    """``split_plans.md`` and ``.csv``: each model's training step on ``--num_devices`` GPUs of its
+    graph's link (:func:`experiments.split_results.training_results`) and on ``--unequal_speeds``."""
+    started = time.perf_counter()
+    results = []
+    for name in names:
+        graph = _saved_graph(graphs_dir, name)
+        link = graph.transfer_model
+        unequal, speeds = _unequal_devices(link)
+        results += training_results(name, graph, _gpus(FLAGS.num_devices, link), unequal, speeds)
+        logging.info("%s: split plans simulated", name)
+    plans = plans_table(
+        results,
+        "split_plans",
+        "Split plans against whole-op placements: training steps (simulated)",
+        "Step in milliseconds. `placer's result` names what each placer returned (the layer-wise "
+        "placer and auto name the candidate they chose); `decision (s)` is the placer's time.",
+    )
+    _write_split_tables([plans, targets_table(results, "split_targets")], output_dir, "split_plans", started)
+
+
+def inference_tables(graphs_dir: Path, output_dir: Path) -> None:
+    """``split_inference.md`` and ``.csv``: forward-only latency of ``--inference_models`` at
+    ``--inference_batches`` on ``--inference_devices`` equal GPUs and on ``--unequal_speeds``."""
+    started = time.perf_counter()
+    results = []
+    for name in FLAGS.inference_models:
+        graph = _inference_graph(name, graphs_dir)
+        link = graph.transfer_model
+        unequal, speeds = _unequal_devices(link)
+        settings: list[tuple[DeviceSet, Sequence[float] | None]] = [
+            (_gpus(int(count), link), None) for count in FLAGS.inference_devices
+        ]
+        settings += [(unequal, speeds)] if unequal is not None else []
+        results += inference_results(name, graph, [int(b) for b in FLAGS.inference_batches], settings)
+        logging.info("%s: inference plans simulated", name)
+    table = inference_table(
+        results,
+        "split_inference",
+        "Inference latency of split plans (simulated, milliseconds)",
+        "inception_v3: the forward pass cut from the saved training graph (training-mode batch norm); "
+        "resnet50_inference: tf_keras ResNet50 at 224x224 profiled forward-only at batches 1, 2, 4 and "
+        "predicted at 64. Both re-costed at each batch by experiments/inference.py `at_batch`.",
+    )
+    _write_split_tables([table], output_dir, "split_inference", started)
+
+
+def _inference_graph(name: str, graphs_dir: Path) -> CostGraph:
+    """The forward-only cost graph ``name`` of :data:`INFERENCE_MODELS`; ResNet50's is profiled and
+    saved when there is none and ``--cost_graphs`` is not given."""
+    if name == "inception_v3":
+        return forward_graph(_saved_graph(graphs_dir, name))
+    path = graphs_dir / f"{name}.json.gz"
+    if not path.exists() and not FLAGS.cost_graphs:
+        graph = profile_resnet50_inference(_link(), device=FLAGS.device, cache_dir=FLAGS.cache_dir)
+        save_json(graph, path)
+    return _saved_graph(graphs_dir, name)
+
+
+def _write_split_tables(tables: Sequence[Table], output_dir: Path, name: str, started: float) -> None:
+    """``<name>.md`` (every table, the command above them) and ``<name>.csv`` (the first table)."""
+    seconds = time.perf_counter() - started
+    preamble = (
+        f"Command: `{shlex.join(['python', *sys.argv])}` ({seconds / 60:.1f} minutes); code: {_revision()}.\n"
+    )
+    (output_dir / f"{name}.md").write_text("\n".join([preamble, *(table.markdown() for table in tables)]))
+    (output_dir / f"{name}.csv").write_text(tables[0].csv())
+    print((output_dir / f"{name}.md").read_text())
 
 
 def _preamble(devices: DeviceSet, real_link: TransferModel | None, seconds: float) -> str:

@@ -76,6 +76,8 @@ def output(tmp_path_factory):
         "--real",
         "--real_steps=3",
         "--real_calibration_repeats=5",
+        "--tables=paper,split",  # the inference table would profile a ResNet50
+        "--unequal_speeds=1,0.5",
     ]
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -130,3 +132,15 @@ def test_real_runs_measure_each_placement_where_it_was_placed(output):
     assert all(float(row["measured (median)"]) > 0 and row["ops not where placed"] == "0" for row in real)
     # each worker has 60% of the step's memory, so m-TOPO must use both
     assert real[0]["workers"] == "1" and int(real[1]["workers"]) == 2
+
+
+def test_the_split_tables_set_data_parallelism_the_layer_wise_plan_and_auto_beside_whole_ops(output):
+    plans = rows(output / "split_plans.csv")
+    equal = [row for row in plans if row["devices"] == "4 GPUs"]
+    assert [row["plan"] for row in equal] == [
+        "one device", "data parallel", "best whole-op placement", "layer-wise", "auto",
+    ]  # fmt: skip
+    fitting = [row["plan"] for row in equal if "OOM" not in row["peak per device"]]
+    assert "auto" in fitting and len(fitting) > 1  # auto's candidates include every other row's plan
+    assert {row["devices"] for row in plans} == {"4 GPUs", "speeds 1/0.5"}
+    assert "### Targets of issue 15" in (output / "split_plans.md").read_text()
