@@ -1,7 +1,8 @@
 """Compare placers on one cost graph, as Celeritas Tables 3 and 4 do: step time, memory, placing time.
 
 Every placer places the same graph on the same devices (:func:`tfplace.placer.place_cost_graph`)
-and is scored by the same simulator (:func:`tfplace.simulator.simulate`). A placement *runs out of
+and is scored by the same simulator (:func:`tfplace.simulator.simulate`; a split plan, which ``auto``
+may choose, with its pieces by :func:`tfplace.split.expand.simulate_plan`). A placement *runs out of
 memory* when the simulator reports an out-of-memory event, a device holding more than its capacity
 at some moment: the step TensorFlow could not run (the paper's "OOM"). The placers' static estimate
 of memory (every output kept) is more pessimistic than the simulated peak; where it exceeds a
@@ -20,6 +21,7 @@ from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.placer import place_cost_graph
 from tfplace.simulator import SimulationResult, simulate
+from tfplace.split.expand import simulate_plan
 
 __all__ = ["PLACER_VARIANTS", "FusionStats", "PlacerRun", "compare_placers", "fastest_fitting", "record_step"]
 
@@ -146,7 +148,7 @@ def compare_placers(
     for name in placers:
         placer, options = PLACER_VARIANTS.get(name, (name, {}))
         placed = place_cost_graph(graph, devices, placer, simulate=False, **options)
-        result = simulate(graph, placed.assignment, devices)
+        result = record_step(graph, placed, devices, record=False)
         placement = placed.with_simulation(result)
         placements[name] = placement
         runs.append(_run(model, name, placement, result, devices))
@@ -162,6 +164,11 @@ def fastest_fitting(runs: Sequence[PlacerRun]) -> PlacerRun | None:
     return min(fitting, key=lambda run: run.step_time, default=None)
 
 
-def record_step(graph: CostGraph, placement: Placement, devices: DeviceSet) -> SimulationResult:
-    """Simulate ``placement`` again, recording the schedule (for a timeline)."""
-    return simulate(graph, placement.assignment, devices, record=True)
+def record_step(
+    graph: CostGraph, placement: Placement, devices: DeviceSet, *, record: bool = True
+) -> SimulationResult:
+    """Simulate ``placement``, recording the schedule (for a timeline) unless ``record`` is false; a
+    split plan (``placement.split_plan``, which ``auto`` may return) with its pieces."""
+    if placement.split_plan is not None:
+        return simulate_plan(graph, placement.split_plan, record=record)[0]
+    return simulate(graph, placement.assignment, devices, record=record)
