@@ -85,9 +85,9 @@ def evaluate(
     """``placer``'s placement of ``graph`` on ``devices`` of ``speeds`` (equal by default), simulated
     as the module docstring says; ``balanced``: the placer is told the speeds, if it takes them."""
     told = bool(speeds) and balanced and "speeds" in inspect.signature(placer_function(placer)).parameters
-    placement = place_cost_graph(
-        graph, devices, placer, simulate=not speeds or told, **({"speeds": speeds} if told else {}), **options
-    )
+    if told:
+        options["speeds"] = speeds
+    placement = place_cost_graph(graph, devices, placer, simulate=not speeds or told, **options)
     plan = placement.split_plan
     if plan is None:  # whole ops: simulated as the plan that runs them so
         plan = SplitPlan({op: OpSplit.whole(placement.assignment[op]) for op in graph}, devices)
