@@ -1,6 +1,7 @@
 """auto: the simulator judges a portfolio of placements and local moves; the fastest that fits wins."""
 
 import json
+import logging as std_logging
 from pathlib import Path
 
 import numpy as np
@@ -305,15 +306,16 @@ def test_auto_tries_no_split_plan_on_a_graph_without_the_split_fields_or_when_to
         assert placement.split_plan is None and not split_candidates(placement)
 
 
-def test_the_progress_lines_name_the_split_plans(capsys, monkeypatch):
+def test_the_progress_lines_name_the_split_plans(capsys, caplog, monkeypatch):
     monkeypatch.delenv("TFPLACE_QUIET", raising=False)
     monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)  # every simulation on its own line
+    caplog.set_level(std_logging.DEBUG, logger="absl")  # or in the log, in an absl program
     graph, devices = split_case(small_cnn_graph(8), gpus(memory="1GB", link=FAST_LINK))
 
     place_cost_graph(graph, devices, "auto")
 
-    err = capsys.readouterr().err
-    assert "data_parallel (split plan):" in err and "layerwise (split plan):" in err
+    shown = capsys.readouterr().err + caplog.text
+    assert "data_parallel (split plan):" in shown and "layerwise (split plan):" in shown
 
 
 @pytest.mark.tensorflow
