@@ -248,7 +248,13 @@ class CostGraph(nx.DiGraph):
     def transfer_model(self) -> TransferModel:
         """The link model the edges' ``transfer_time`` was computed with."""
         spec = self.graph.get("transfer_model")
-        return TransferModel.from_dict(spec) if spec else TransferModel.default()
+        if not spec:
+            return TransferModel.default()
+        parsed = self.__dict__.get("_parsed_transfer_model")
+        if parsed is None or parsed[0] != spec:  # parsed once per spec: edges are added by the 100,000
+            parsed = (dict(spec), TransferModel.from_dict(spec))
+            self.__dict__["_parsed_transfer_model"] = parsed
+        return parsed[1]
 
     def set_transfer_model(self, model: TransferModel) -> None:
         """Recompute every edge's ``transfer_time`` as ``t = k * bytes + b`` (section 4.1)."""
