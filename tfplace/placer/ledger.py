@@ -105,6 +105,7 @@ class MemoryLedger:
         self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
         self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
         self._groups: list[int] = graph.group.tolist()
+        self._group_device: list[int] = [UNPLACED] * len(graph.group_members)  # group_device, as a list
         groups = len(graph.group_members)
         self.group_resident = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_resident, graph.group, graph.resident)
@@ -143,6 +144,7 @@ class MemoryLedger:
         ledger.resident = np.zeros_like(self.resident)
         ledger.peak_temporary = np.zeros_like(self.peak_temporary)
         ledger.group_device = np.full_like(self.group_device, UNPLACED)
+        ledger._group_device = [UNPLACED] * len(self._group_device)
         ledger.live = ledger._live_memory()
         ledger._replayed = None
         return ledger
@@ -178,7 +180,7 @@ class MemoryLedger:
 
     def device_of(self, op: int) -> int:
         """Device of an op's group, or :data:`UNPLACED`."""
-        return int(self.group_device[self._groups[op]])
+        return self._group_device[self._groups[op]]
 
     def new_groups(self, ops: Sequence[int]) -> list[int]:
         """Groups touched by ``ops`` that are not placed yet, each once, in the order of ``ops``."""
@@ -267,6 +269,8 @@ class MemoryLedger:
     def _place_groups(self, groups: list[int], device: int) -> None:
         index = np.asarray(groups, dtype=np.int64)
         self.group_device[index] = device
+        for g in groups:
+            self._group_device[g] = device
         if self.live is not None:
             self.live.add_persistent(device, int(self.group_persistent[index].sum()))
         self.resident[device] += self.group_resident[index].sum()

@@ -86,45 +86,49 @@ class LiveMemory:
         peak = max(self.peaks[device] + persistent, live)
         pending: dict[int, int] = {}
         held: dict[int, int] = {}  # bytes of an op's outputs on ``device``, as the trial changes them
-
-        def bytes_on_device(op: int) -> int:
-            if op in held:
-                return held[op]
-            entry = before[op]
-            return entry.get(device, 0) if entry is not None else 0
-
         for v in ops:
             d = device_of(v)
-            if (d if d >= 0 else default) != device:
+            if d != device and (d >= 0 or default != device):
                 continue
-            received = 0
             for p, position in zip(pred[v], pred_position[v]):
                 if p not in held:
                     entry = before[p]
                     if entry is None or device not in entry:
-                        held[p] = succ_bytes[p][position]
-                        received += held[p]
+                        nbytes = held[p] = succ_bytes[p][position]
+                        live += nbytes
             taken = 0
             for _, u, slot in graph.aliases[v]:
                 size = slot_size(graph.output_sizes[u], slot)
-                current = bytes_on_device(u)
+                current = self._bytes_on(u, device, held)
                 if current >= size:
                     held[u] = current - size
                     taken += size
             held[v] = outputs[v] + taken
-            live += outputs[v] + received
+            live += outputs[v]
             if live + temporary[v] > peak:
                 peak = live + temporary[v]
             for p in pred[v]:
-                left = pending.get(p, committed_pending[p]) - 1
+                left = pending[p] - 1 if p in pending else committed_pending[p] - 1
                 pending[p] = left
                 if not left:
-                    live -= bytes_on_device(p)
+                    if p in held:
+                        live -= held[p]
+                    else:
+                        entry = before[p]
+                        if entry is not None:
+                            live -= entry.get(device, 0)
                     held[p] = 0
             if not succ[v]:
                 live -= held[v]
                 held[v] = 0
         return peak
+
+    def _bytes_on(self, op: int, device: int, trial: dict[int, int]) -> int:
+        """Bytes of ``op``'s outputs on ``device`` in a :meth:`peak_after` trial."""
+        if op in trial:
+            return trial[op]
+        entry = self.held[op]
+        return entry.get(device, 0) if entry is not None else 0
 
     def run(self, ops: Iterable[int], default: int) -> None:
         """Run ``ops`` in order, each on its group's device (``default`` when unplaced)."""
@@ -140,11 +144,12 @@ class LiveMemory:
             d = device_of(v)
             if d < 0:
                 d = default
+            added = outputs[v]
             for p, position in zip(pred[v], pred_position[v]):
                 producer = all_held[p]
                 if producer is not None and d not in producer:
-                    producer[d] = succ_bytes[p][position]
-                    live[d] += producer[d]
+                    nbytes = producer[d] = succ_bytes[p][position]
+                    added += nbytes
             taken = 0
             for _, u, slot in aliases[v]:
                 size = slot_size(output_sizes[u], slot)
@@ -153,17 +158,21 @@ class LiveMemory:
                     source[d] -= size
                     taken += size
             held = all_held[v] = {d: outputs[v] + taken}
-            live[d] += outputs[v]
-            if live[d] + temporary[v] > peaks[d]:
-                peaks[d] = live[d] + temporary[v]
+            now = live[d] = live[d] + added
+            if now + temporary[v] > peaks[d]:
+                peaks[d] = now + temporary[v]
             if eager_sends:
                 self._send(v, d, held)
             ran[v] = True
             order.append(v)
             for p in pred[v]:
-                pending[p] -= 1
-                if not pending[p]:
-                    _free(live, all_held, p)
+                left = pending[p] = pending[p] - 1
+                if not left:
+                    producer = all_held[p]
+                    if producer is not None:
+                        for other, nbytes in producer.items():
+                            live[other] -= nbytes
+                        all_held[p] = None
             if not succ[v]:
                 _free(live, all_held, v)
 
