@@ -163,10 +163,11 @@ class MemoryLedger:
             key = op_devices.tobytes() + persistent.tobytes()
             if key not in self.replays:
                 device_of = op_devices.tolist()
-                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__, eager_sends=True)
+                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
                 for d in np.flatnonzero(persistent).tolist():
                     replay.add_persistent(d, int(persistent[d]))
-                replay.run(executor_order(self.graph, device_of, self.devices), UNPLACED)
+                schedule = executor_order(self.graph, device_of, self.devices)
+                replay.replay(schedule.order, schedule.start, schedule.transfers)
                 self.replays[key] = replay.peak
             self._replayed = self.replays[key]
         return self._replayed
@@ -217,8 +218,8 @@ class MemoryLedger:
 
     def used(self, device: int) -> int:
         """Bytes a device holds: resident memory plus the largest temporary memory (static), or
-        the peak of its live memory so far (liveness; once every op ran, replayed with tensors
-        sent as soon as they are made, :mod:`tfplace.placer.liveness`)."""
+        the peak of its live memory so far (liveness; once every op ran, replayed in the executor's
+        order with each tensor received when its transfer starts, :mod:`tfplace.placer.liveness`)."""
         if self.live is not None:
             return int(self._live_peaks()[device])
         return int(self.resident[device] + self.peak_temporary[device])

@@ -14,19 +14,21 @@ CPD-TOPO's clusters); each op runs on its group's device. On that schedule a dev
 While placing, a placer does not know where later consumers go, so a tensor is counted on their
 device from the moment the first of them runs there. Once every op is placed, the estimate is
 replayed in the order the executor would run the ops (:mod:`tfplace.placer.executor_order`: the
-devices side by side, each running its ops as they become ready), with each tensor sent as soon as
-its producer finished (``eager_sends``), as the executor (and the simulator) does: a device that
-runs the late consumers of early tensors, the backward pass of activations made elsewhere, holds
-them while it waits, and a device that starts ready ops before the placer's order reaches them
-holds their outputs. The estimate of a
-device is its peak (:attr:`LiveMemory.peak`). m-ETF and m-SCT keep Baechi's
-dynamic model in their own list scheduler (:mod:`tfplace.placer.etf`), which follows the same
-rules with start and finish times.
+devices side by side, each running its ops as they become ready), with each tensor received from
+the start of its transfer, queued behind the others on its link, as the executor (and the
+simulator) does: a device that runs the late consumers of early tensors, the backward pass of
+activations made elsewhere, holds them while it waits, a device that starts ready ops before the
+placer's order reaches them holds their outputs, and a device fed by a link with thousands of
+transfers queued receives them only as the link gets to them. The estimate of a device is its
+peak (:attr:`LiveMemory.peak`); it is the estimate of every placer's final placement, m-ETF's and
+m-SCT's too (their list scheduler decides with Baechi's dynamic model, :mod:`tfplace.placer.etf`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -45,12 +47,9 @@ class LiveMemory:
     :meth:`peak_after` is the check of a placer's memory test, :meth:`run` the commit.
     """
 
-    def __init__(
-        self, graph: IndexedGraph, devices: int, device_of: Callable[[int], int], *, eager_sends: bool = False
-    ):
+    def __init__(self, graph: IndexedGraph, devices: int, device_of: Callable[[int], int]):
         self.graph = graph
         self.device_of = device_of
-        self.eager_sends = eager_sends
         self.order: list[int] = []
         self.live = [0] * devices
         self.peaks = [0] * devices
@@ -131,63 +130,135 @@ class LiveMemory:
         return entry.get(device, 0) if entry is not None else 0
 
     def run(self, ops: Iterable[int], default: int) -> None:
-        """Run ``ops`` in order, each on its group's device (``default`` when unplaced)."""
-        graph = self.graph
-        pred, pred_position, succ, succ_bytes = graph.pred, graph.pred_position, graph.succ, graph.succ_bytes
-        aliases, output_sizes = graph.aliases, graph.output_sizes
-        live, peaks, pending, all_held, ran = self.live, self.peaks, self.pending, self.held, self.ran
-        outputs, temporary, device_of, order = self.outputs, self.temporary, self.device_of, self.order
-        eager_sends = self.eager_sends
+        """Run ``ops`` in order, each on its group's device (``default`` when unplaced); a tensor is
+        freed everywhere once every consumer of it has run."""
+        succ, pred, pending, all_held, ran = (
+            self.graph.succ,
+            self.graph.pred,
+            self.pending,
+            self.held,
+            self.ran,
+        )
+        live, device_of, order, start = self.live, self.device_of, self.order, self._start
         for v in ops:
             if ran[v]:
                 continue
             d = device_of(v)
-            if d < 0:
-                d = default
-            added = outputs[v]
-            for p, position in zip(pred[v], pred_position[v]):
-                producer = all_held[p]
-                if producer is not None and d not in producer:
-                    nbytes = producer[d] = succ_bytes[p][position]
-                    added += nbytes
-            taken = 0
-            for _, u, slot in aliases[v]:
-                size = slot_size(output_sizes[u], slot)
-                source = all_held[u]
-                if source is not None and source.get(d, 0) >= size:
-                    source[d] -= size
-                    taken += size
-            held = all_held[v] = {d: outputs[v] + taken}
-            now = live[d] = live[d] + added
-            if now + temporary[v] > peaks[d]:
-                peaks[d] = now + temporary[v]
-            if eager_sends:
-                self._send(v, d, held)
+            start(v, d if d >= 0 else default)
             ran[v] = True
             order.append(v)
             for p in pred[v]:
                 left = pending[p] = pending[p] - 1
                 if not left:
-                    producer = all_held[p]
-                    if producer is not None:
-                        for other, nbytes in producer.items():
-                            live[other] -= nbytes
-                        all_held[p] = None
+                    _free(live, all_held, p)
             if not succ[v]:
                 _free(live, all_held, v)
 
-    def _send(self, v: int, d: int, held: _Held) -> None:
-        """Copies of ``v``'s outputs sent right away to its consumers' other devices."""
-        graph, live, peaks, device_of = self.graph, self.live, self.peaks, self.device_of
-        for w, nbytes in zip(graph.succ[v], graph.succ_bytes[v]):
-            if not nbytes:
-                continue
-            other = device_of(w)
-            if other != d and held.get(other, 0) < nbytes:
-                live[other] += nbytes - held.get(other, 0)
-                held[other] = nbytes
-                if live[other] > peaks[other]:
-                    peaks[other] = live[other]
+    def replay(
+        self,
+        order: Sequence[int],
+        start: Sequence[float],
+        transfers: Sequence[tuple[float, float, int, int, int]],
+    ) -> None:
+        """Run every op of a final placement as the executor would (:mod:`tfplace.placer.executor_order`):
+        ``order`` by ``start`` time; ``transfers`` lists ``(start, end, producer, receiver, bytes)``.
+        A received copy is held from its transfer's start until its last consumer on the receiver
+        has ended; the producer's own copy until its last consumer on its device has ended and its
+        last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
+        device_of, compute = self.device_of, self.graph.compute.tolist()
+        holders = self._holders(transfers)
+        events = sorted(
+            [(begin, 1, p, receiver, nbytes) for begin, _, p, receiver, nbytes in transfers]
+            + [(end, 0, p, device_of(p), 0) for _, end, p, _, _ in transfers]
+        )
+        events.append((math.inf, 0, -1, -1, 0))
+        running: list[tuple[float, int, int]] = [(math.inf, -1, -1)]  # (end, op, device) of running ops
+        done = 0
+        for v in order:
+            now = start[v]
+            while min(running[0][0], events[done][0]) <= now:
+                if running[0][0] <= events[done][0]:
+                    _, ended, d = heappop(running)
+                    self._end(ended, d, holders)
+                    continue
+                _, receives, p, device, nbytes = events[done]
+                done += 1
+                if receives:
+                    self._receive(p, device, nbytes)
+                else:
+                    self._release(p, device, holders)
+            d = device_of(v)
+            self._start(v, d)
+            self.ran[v] = True
+            self.order.append(v)
+            heappush(running, (now + compute[v], v, d))
+
+    def _end(self, v: int, d: int, holders: list[dict[int, int]]) -> None:
+        """Op ``v`` ended on device ``d``: it releases its inputs there, and its own outputs when
+        nothing on ``d`` uses them."""
+        for p in self.graph.pred[v]:
+            self._release(p, d, holders)
+        if not holders[v].get(d):
+            held = self.held[v]
+            assert held is not None
+            self.live[d] -= held.pop(d, 0)
+
+    def _holders(self, transfers: Sequence[tuple[float, float, int, int, int]]) -> list[dict[int, int]]:
+        """Releases each copy of each op's outputs waits for: per device, the consumers there, and
+        on the producer's device its transfers too."""
+        device_of = self.device_of
+        holders: list[dict[int, int]] = [{} for _ in range(len(self.graph))]
+        for p, consumers in enumerate(self.graph.succ):
+            counts = holders[p]
+            for w in consumers:
+                d = device_of(w)
+                counts[d] = counts.get(d, 0) + 1
+        for _, _, p, _, _ in transfers:
+            d = device_of(p)
+            holders[p][d] = holders[p].get(d, 0) + 1
+        return holders
+
+    def _release(self, producer: int, device: int, holders: list[dict[int, int]]) -> None:
+        """One holder of ``producer``'s copy on ``device`` is done; the last frees it."""
+        counts = holders[producer]
+        counts[device] -= 1
+        if not counts[device]:
+            held = self.held[producer]
+            if held is not None:
+                self.live[device] -= held.pop(device, 0)
+
+    def _start(self, v: int, d: int) -> None:
+        """Op ``v`` starts on device ``d``: its inputs not yet there arrive, its aliased outputs
+        take over their inputs' bytes, its outputs and temporary memory are allocated."""
+        graph, all_held, live = self.graph, self.held, self.live
+        succ_bytes = graph.succ_bytes
+        added = self.outputs[v]
+        for p, position in zip(graph.pred[v], graph.pred_position[v]):
+            producer = all_held[p]
+            if producer is not None and d not in producer:
+                nbytes = producer[d] = succ_bytes[p][position]
+                added += nbytes
+        taken = 0
+        for _, u, slot in graph.aliases[v]:
+            size = slot_size(graph.output_sizes[u], slot)
+            source = all_held[u]
+            if source is not None and source.get(d, 0) >= size:
+                source[d] -= size
+                taken += size
+        all_held[v] = {d: self.outputs[v] + taken}
+        now = live[d] = live[d] + added
+        if now + self.temporary[v] > self.peaks[d]:
+            self.peaks[d] = now + self.temporary[v]
+
+    def _receive(self, producer: int, device: int, nbytes: int) -> None:
+        """A copy of ``nbytes`` of ``producer``'s outputs arrives on ``device`` (from now on held)."""
+        held = self.held[producer]
+        if held is None or held.get(device, 0) >= nbytes:
+            return
+        self.live[device] += nbytes - held.get(device, 0)
+        held[device] = nbytes
+        if self.live[device] > self.peaks[device]:
+            self.peaks[device] = self.live[device]
 
 
 def _free(live: list[int], all_held: list[_Held | None], op: int) -> None:
