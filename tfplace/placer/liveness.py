@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heappop, heappush
+from typing import cast
 
 import numpy as np
 
@@ -165,7 +166,13 @@ class LiveMemory:
         A received copy is held from its transfer's start until its last consumer on the receiver
         has ended; the producer's own copy until its last consumer on its device has ended and its
         last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
-        device_of, compute = self.device_of, self.graph.compute.tolist()
+        device_of, compute, pred, live = (
+            self.device_of,
+            self.graph.compute.tolist(),
+            self.graph.pred,
+            self.live,
+        )
+        held = cast(list[_Held], self.held)  # a replay frees copies one device at a time: never None
         holders = self._holders(transfers)
         events = sorted(
             [(begin, 1, p, receiver, nbytes) for begin, _, p, receiver, nbytes in transfers]
@@ -176,56 +183,46 @@ class LiveMemory:
         done = 0
         for v in order:
             now = start[v]
-            while min(running[0][0], events[done][0]) <= now:
+            while running[0][0] <= now or events[done][0] <= now:
                 if running[0][0] <= events[done][0]:
                     _, ended, d = heappop(running)
-                    self._end(ended, d, holders)
+                    for p in pred[ended]:  # the op ended: its inputs on d lose a holder
+                        counts = holders[p]
+                        left = counts[d] = counts[d] - 1
+                        if not left:
+                            live[d] -= held[p].pop(d, 0)
+                    if not holders[ended].get(d):  # outputs nothing on d uses
+                        live[d] -= held[ended].pop(d, 0)
                     continue
                 _, receives, p, device, nbytes = events[done]
                 done += 1
                 if receives:
                     self._receive(p, device, nbytes)
-                else:
-                    self._release(p, device, holders)
+                else:  # a transfer ended: the producer's copy loses a holder
+                    counts = holders[p]
+                    left = counts[device] = counts[device] - 1
+                    if not left:
+                        live[device] -= held[p].pop(device, 0)
             d = device_of(v)
             self._start(v, d)
             self.ran[v] = True
             self.order.append(v)
             heappush(running, (now + compute[v], v, d))
 
-    def _end(self, v: int, d: int, holders: list[dict[int, int]]) -> None:
-        """Op ``v`` ended on device ``d``: it releases its inputs there, and its own outputs when
-        nothing on ``d`` uses them."""
-        for p in self.graph.pred[v]:
-            self._release(p, d, holders)
-        if not holders[v].get(d):
-            held = self.held[v]
-            assert held is not None
-            self.live[d] -= held.pop(d, 0)
-
     def _holders(self, transfers: Sequence[tuple[float, float, int, int, int]]) -> list[dict[int, int]]:
         """Releases each copy of each op's outputs waits for: per device, the consumers there, and
         on the producer's device its transfers too."""
-        device_of = self.device_of
-        holders: list[dict[int, int]] = [{} for _ in range(len(self.graph))]
-        for p, consumers in enumerate(self.graph.succ):
-            counts = holders[p]
+        device = list(map(self.device_of, range(len(self.graph))))
+        holders: list[dict[int, int]] = []
+        for consumers in self.graph.succ:
+            counts: dict[int, int] = {}
             for w in consumers:
-                d = device_of(w)
+                d = device[w]
                 counts[d] = counts.get(d, 0) + 1
+            holders.append(counts)
         for _, _, p, _, _ in transfers:
-            d = device_of(p)
-            holders[p][d] = holders[p].get(d, 0) + 1
+            holders[p][device[p]] = holders[p].get(device[p], 0) + 1
         return holders
-
-    def _release(self, producer: int, device: int, holders: list[dict[int, int]]) -> None:
-        """One holder of ``producer``'s copy on ``device`` is done; the last frees it."""
-        counts = holders[producer]
-        counts[device] -= 1
-        if not counts[device]:
-            held = self.held[producer]
-            if held is not None:
-                self.live[device] -= held.pop(device, 0)
 
     def _start(self, v: int, d: int) -> None:
         """Op ``v`` starts on device ``d``: its inputs not yet there arrive, its aliased outputs
