@@ -18,7 +18,6 @@ the placer's order reaches them and hold their outputs meanwhile.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -39,8 +38,7 @@ class ExecutorSchedule:
     """The list schedule of a placed graph (module docstring).
 
     ``order`` lists the ops by start time, ``start[op]`` is each op's start; ``transfers`` lists
-    ``(start, end, producer, receiving device, edge bytes)`` for each edge that carries bytes
-    between devices: from the start of the first of the edge's tensors to the arrival of the last.
+    ``(start, arrival, producer, receiving device, bytes)`` of each tensor sent to each device.
     """
 
     order: list[int]
@@ -87,17 +85,16 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
                 target = op_devices[w]
                 link = source_links[target]
                 if link is None or not nbytes:
-                    arrived = now if link is None else now + link.latency
+                    arrived = now if link is None else now + link.b  # a message: the fixed cost, no channel
                 else:
-                    arrived, first = 0.0, math.inf
+                    arrived = 0.0
                     for tensor in slots or (-1 - w,):
                         key = (tensor, target)
                         if key not in sent:
                             size = nbytes if tensor < 0 else slot_size(output_sizes[u], tensor)
                             sent[key] = _send(channels, source_routes[target], now, link, size)
-                        first = min(first, sent[key][0])
+                            transfers.append((*sent[key], u, target, size))
                         arrived = max(arrived, sent[key][1])
-                    transfers.append((first, arrived, u, target, nbytes))
                 if arrived > ready_at[w]:
                     ready_at[w] = arrived
                 waiting[w] -= 1

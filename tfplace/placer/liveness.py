@@ -162,7 +162,7 @@ class LiveMemory:
         transfers: Sequence[tuple[float, float, int, int, int]],
     ) -> None:
         """Run every op of a final placement as the executor would (:mod:`tfplace.placer.executor_order`):
-        ``order`` by ``start`` time; ``transfers`` lists ``(start, end, producer, receiver, bytes)``.
+        ``order`` by ``start`` time; ``transfers`` lists ``(start, end, producer, receiver, bytes)`` of each tensor sent.
         A received copy is held from its transfer's start until its last consumer on the receiver
         has ended; the producer's own copy until its last consumer on its device has ended and its
         last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
@@ -183,7 +183,9 @@ class LiveMemory:
         done = 0
         for v in order:
             now = start[v]
-            while running[0][0] <= now or events[done][0] <= now:
+            # ends and transfer ends up to now, transfer starts before now (one starting now may
+            # be the output of the op starting now)
+            while running[0][0] <= now or events[done][:2] <= (now, 0):
                 if running[0][0] <= events[done][0]:
                     _, ended, d = heappop(running)
                     for p in pred[ended]:  # the op ended: its inputs on d lose a holder
@@ -248,12 +250,12 @@ class LiveMemory:
             self.peaks[d] = now + self.temporary[v]
 
     def _receive(self, producer: int, device: int, nbytes: int) -> None:
-        """A copy of ``nbytes`` of ``producer``'s outputs arrives on ``device`` (from now on held)."""
+        """``nbytes`` of ``producer``'s outputs (one tensor) arrive on ``device`` (from now on held)."""
         held = self.held[producer]
-        if held is None or held.get(device, 0) >= nbytes:
+        if held is None:
             return
-        self.live[device] += nbytes - held.get(device, 0)
-        held[device] = nbytes
+        self.live[device] += nbytes
+        held[device] = held.get(device, 0) + nbytes
         if self.live[device] > self.peaks[device]:
             self.peaks[device] = self.live[device]
 
