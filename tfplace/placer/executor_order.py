@@ -18,6 +18,7 @@ the placer's order reaches them and hold their outputs meanwhile.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -27,10 +28,12 @@ from tfplace.core.indexed import IndexedGraph
 from tfplace.core.orders import kahn_order
 from tfplace.core.transfer import TransferModel
 from tfplace.placer.liveness import slot_size
-from tfplace.placer.timeline import Timeline
 from tfplace.simulator.plan import channel_count, route_channels
 
 __all__ = ["ExecutorSchedule", "executor_order"]
+
+#: Marks the moment a transfer leaves its channels (others waiting for them may start).
+_CHANNELS_FREE = -1
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,8 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
         rank[op] = position
     count = len(devices.all_devices)
     links = [[devices.link(s, d) for d in range(count)] for s in range(count)]
-    routes = [[route_channels(devices, s, d) for d in range(count)] for s in range(count)]
-    channels = [Timeline() for _ in range(channel_count(devices))]
+    routes = [route_channels(devices, s, d) for s in range(count) for d in range(count)]
+    channel_free = [0.0] * channel_count(devices)
     compute: list[float] = graph.compute.tolist()
     succ, succ_bytes, succ_slots, output_sizes = (
         graph.succ,
@@ -73,40 +76,47 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
     order: list[int] = []
     start = [0.0] * n
     transfers: list[tuple[float, float, int, int, int]] = []
+    queued: list[list[tuple[float, int, int]]] = [[] for _ in routes]  # (produced, rank, tensor) per route
+    tensors: list[tuple[int, int, int, TransferModel]] = []  # (producer, receiver, bytes, link)
+    receivers: list[list[int]] = []  # the consumers waiting for each tensor
+    delivered: list[tuple[float, int]] = []  # (arrival, tensor) and (channels free, _CHANNELS_FREE)
     now = 0.0
     while len(order) < n:
-        if finishes and (not arrivals or finishes[0][0] <= arrivals[0][0]):
+        next_finish = finishes[0][0] if finishes else math.inf
+        next_delivery = delivered[0][0] if delivered else math.inf
+        if next_finish <= next_delivery and finishes and (not arrivals or next_finish <= arrivals[0][0]):
             now, _, u = heappop(finishes)
             source = op_devices[u]
             busy[source] = False
-            sent: dict[tuple[int, int], tuple[float, float]] = {}
-            source_links, source_routes = links[source], routes[source]
+            sent: dict[tuple[int, int], int] = {}
             for w, nbytes, slots in zip(succ[u], succ_bytes[u], succ_slots[u]):
                 target = op_devices[w]
-                link = source_links[target]
-                if link is None or not nbytes:
-                    arrived = now if link is None else now + link.b  # a message: the fixed cost, no channel
-                else:
-                    arrived = 0.0
+                link = links[source][target]
+                if link is not None and nbytes:
                     for tensor in slots or (-1 - w,):
                         key = (tensor, target)
                         if key not in sent:
                             size = nbytes if tensor < 0 else slot_size(output_sizes[u], tensor)
-                            sent[key] = _send(channels, source_routes[target], now, link, size)
-                            transfers.append((*sent[key], u, target, size))
-                        arrived = max(arrived, sent[key][1])
-                if arrived > ready_at[w]:
-                    ready_at[w] = arrived
-                waiting[w] -= 1
-                if not waiting[w]:
-                    heappush(arrivals, (ready_at[w], rank[w], w))
+                            sent[key] = len(tensors)
+                            heappush(queued[source * count + target], (now, rank[u], len(tensors)))
+                            tensors.append((u, target, size, link))
+                            receivers.append([])
+                        receivers[sent[key]].append(w)
+                        waiting[w] += 1
+                arrived = now if link is None else now + link.b if not nbytes else 0.0
+                _arrive(w, arrived, ready_at, waiting, arrivals, rank)
+        elif next_delivery < math.inf and (not arrivals or next_delivery <= arrivals[0][0]):
+            now, t = heappop(delivered)
+            for w in receivers[t] if t != _CHANNELS_FREE else ():
+                _arrive(w, now, ready_at, waiting, arrivals, rank)
         else:
             now = arrivals[0][0]
+        if (finishes and finishes[0][0] <= now) or (delivered and delivered[0][0] <= now):
+            continue
+        _start_transfers(queued, routes, channel_free, tensors, transfers, delivered, now)
         while arrivals and arrivals[0][0] <= now:
             entry = heappop(arrivals)
             heappush(queues[op_devices[entry[2]]], entry)
-        if finishes and finishes[0][0] <= now:
-            continue
         for d in range(count):
             if not busy[d] and queues[d]:
                 _, _, v = heappop(queues[d])
@@ -117,18 +127,46 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
     return ExecutorSchedule(order, start, transfers)
 
 
-def _send(
-    channels: list[Timeline], route: tuple[int, ...], produced: float, link: TransferModel, nbytes: int
-) -> tuple[float, float]:
-    """Reserve one transfer in the first slot from ``produced`` on that is free on every channel of
-    its route; returns when it starts and when it arrives."""
-    occupancy = link.occupancy(nbytes)
-    start = produced
+def _arrive(
+    w: int,
+    arrived: float,
+    ready_at: list[float],
+    waiting: list[int],
+    arrivals: list[tuple[float, int, int]],
+    rank: list[int],
+) -> None:
+    """One input of ``w`` is there at ``arrived``; the last makes ``w`` ready."""
+    if arrived > ready_at[w]:
+        ready_at[w] = arrived
+    waiting[w] -= 1
+    if not waiting[w]:
+        heappush(arrivals, (ready_at[w], rank[w], w))
+
+
+def _start_transfers(
+    queued: list[list[tuple[float, int, int]]],
+    routes: list[tuple[int, ...]],
+    channel_free: list[float],
+    tensors: list[tuple[int, int, int, TransferModel]],
+    transfers: list[tuple[float, float, int, int, int]],
+    delivered: list[tuple[float, int]],
+    now: float,
+) -> None:
+    """Start the queued transfers whose channels are all free at ``now``, first come first served
+    by production (then Kahn rank); one waiting for a busy channel holds back no other."""
     while True:
-        latest = max(channels[c].earliest_start(start, occupancy) for c in route)
-        if latest == start:
-            break
-        start = latest
-    for c in route:
-        channels[c].reserve(start, occupancy)
-    return start, start + link.time(nbytes)
+        best = -1
+        for r, queue in enumerate(queued):
+            first = best < 0 or (queue and queue[0] < queued[best][0])
+            if queue and first and all(channel_free[c] <= now for c in routes[r]):
+                best = r
+        if best < 0:
+            return
+        _, _, t = heappop(queued[best])
+        producer, receiver, nbytes, link = tensors[t]
+        for c in routes[best]:
+            channel_free[c] = now + link.occupancy(nbytes)
+        arrival = now + link.time(nbytes)
+        transfers.append((now, arrival, producer, receiver, nbytes))
+        heappush(delivered, (arrival, t))
+        heappush(delivered, (now + link.occupancy(nbytes), _CHANNELS_FREE))
