@@ -80,6 +80,7 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
     tensors: list[tuple[int, int, int, TransferModel]] = []  # (producer, receiver, bytes, link)
     receivers: list[list[int]] = []  # the consumers waiting for each tensor
     delivered: list[tuple[float, int]] = []  # (arrival, tensor) and (channels free, _CHANNELS_FREE)
+    waiting_transfers = 0
     now = 0.0
     while len(order) < n:
         next_finish = finishes[0][0] if finishes else math.inf
@@ -99,6 +100,7 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
                             size = nbytes if tensor < 0 else slot_size(output_sizes[u], tensor)
                             sent[key] = len(tensors)
                             heappush(queued[source * count + target], (now, rank[u], len(tensors)))
+                            waiting_transfers += 1
                             tensors.append((u, target, size, link))
                             receivers.append([])
                         receivers[sent[key]].append(w)
@@ -113,7 +115,10 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
             now = arrivals[0][0]
         if (finishes and finishes[0][0] <= now) or (delivered and delivered[0][0] <= now):
             continue
-        _start_transfers(queued, routes, channel_free, tensors, transfers, delivered, now)
+        if waiting_transfers:
+            waiting_transfers -= _start_transfers(
+                queued, routes, channel_free, tensors, transfers, delivered, now
+            )
         while arrivals and arrivals[0][0] <= now:
             entry = heappop(arrivals)
             heappush(queues[op_devices[entry[2]]], entry)
@@ -151,9 +156,11 @@ def _start_transfers(
     transfers: list[tuple[float, float, int, int, int]],
     delivered: list[tuple[float, int]],
     now: float,
-) -> None:
+) -> int:
     """Start the queued transfers whose channels are all free at ``now``, first come first served
-    by production (then Kahn rank); one waiting for a busy channel holds back no other."""
+    by production (then Kahn rank); one waiting for a busy channel holds back no other. Returns
+    how many started."""
+    started = 0
     while True:
         best = -1
         for r, queue in enumerate(queued):
@@ -161,7 +168,8 @@ def _start_transfers(
             if queue and first and all(channel_free[c] <= now for c in routes[r]):
                 best = r
         if best < 0:
-            return
+            return started
+        started += 1
         _, _, t = heappop(queued[best])
         producer, receiver, nbytes, link = tensors[t]
         for c in routes[best]:
