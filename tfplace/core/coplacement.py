@@ -39,10 +39,9 @@ def coplaced_group_keys(
             i = parent[i]
         return i
 
-    allowed: dict[int, frozenset[str] | None] = {}
+    allowed = [None if k is None else frozenset(k) for k in kinds]
     first_of_key: dict[str, int] = {}
     for i, key in enumerate(keys):
-        allowed[i] = None if kinds[i] is None else frozenset(kinds[i] or ())
         if key is not None:
             j = first_of_key.setdefault(key, i)
             if j != i:
@@ -53,11 +52,11 @@ def coplaced_group_keys(
         a, b = root(gradient), root(forward)
         if a != b and _compatible(allowed[a], allowed[b]):
             _union(parent, allowed, a, b)
-    touched = {root(g) for g, f in enumerate(gradient_of) if f is not None}
-    smallest: dict[int, int] = {}
-    for i in range(n):
-        smallest.setdefault(root(i), i)
     roots = [root(i) for i in range(n)]
+    touched = {roots[g] for g, f in enumerate(gradient_of) if f is not None}
+    smallest: dict[int, int] = {}
+    for i, r in enumerate(roots):
+        smallest.setdefault(r, i)
     return [f"coplaced:{smallest[r]}" if r in touched else key for r, key in zip(roots, keys)]
 
 
@@ -65,7 +64,7 @@ def _compatible(a: frozenset[str] | None, b: frozenset[str] | None) -> bool:
     return a is None or b is None or bool(a & b)
 
 
-def _union(parent: list[int], allowed: dict[int, frozenset[str] | None], a: int, b: int) -> None:
+def _union(parent: list[int], allowed: list[frozenset[str] | None], a: int, b: int) -> None:
     """Join the sets rooted at ``a`` and ``b`` under ``a``; their allowed kinds intersect."""
     parent[b] = a
     kinds_a, kinds_b = allowed[a], allowed[b]

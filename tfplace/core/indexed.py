@@ -120,10 +120,16 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
     ops = [attrs for _, attrs in graph.nodes(data=True)]
-    output_sizes = _column(ops, "output_sizes")
+    compute, persistent, temporary, output_sizes, keys, kinds = _columns(
+        ops,
+        "compute_time",
+        "persistent_bytes",
+        "temporary_bytes",
+        "output_sizes",
+        "colocation_group",
+        "device_kinds",
+    )
     aliases = _aliases(list(map(methodcaller("get", "aliased_outputs", ()), ops)), index, names)
-    keys = _column(ops, "colocation_group")
-    kinds = _column(ops, "device_kinds")
     follower = np.zeros(n, dtype=bool)
     if coplace_gradients:
         forward = [index.get(f) for f in map(methodcaller("get", "gradient_of"), ops)]
@@ -136,11 +142,10 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     dst = np.fromiter(
         map(index.__getitem__, chain.from_iterable(adjacency)), dtype=np.int64, count=len(edges)
     )
-    nbytes = _column(edges, "bytes")
-    slots = _column(edges, "slots")
-    transfer_counts = _transfer_counts(edges, nbytes, slots)
+    nbytes, slots, control = _columns(edges, "bytes", "slots", "control")
+    transfer_counts = _transfer_counts(edges, nbytes, slots, control)
     if link is None:
-        times = _column(edges, "transfer_time")
+        (times,) = _columns(edges, "transfer_time")
     else:
         size = np.asarray(nbytes, dtype=float)
         times = np.where(size > 0, link.k * size + link.b * transfer_counts, 0.0).tolist()
@@ -153,10 +158,10 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     return IndexedGraph(
         names=names,
         index=index,
-        compute=np.array(_column(ops, "compute_time"), dtype=float),
-        persistent=np.array(_column(ops, "persistent_bytes"), dtype=np.int64),
+        compute=np.array(compute, dtype=float),
+        persistent=np.array(persistent, dtype=np.int64),
         outputs=_allocated_outputs(output_sizes, aliases),
-        temporary=np.array(_column(ops, "temporary_bytes"), dtype=np.int64),
+        temporary=np.array(temporary, dtype=np.int64),
         kinds=kinds,
         output_sizes=output_sizes,
         aliases=aliases,
@@ -166,7 +171,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
         succ_transfers=_split(transfers, succ_bounds),
         succ_slots=_split(slots, succ_bounds),
         pred=_split(src[by_dst].tolist(), pred_bounds),
-        pred_time=_split([times[e] for e in by_dst.tolist()], pred_bounds),
+        pred_time=_split(np.asarray(times, dtype=float)[by_dst].tolist(), pred_bounds),
         pred_position=_split(position[by_dst].tolist(), pred_bounds),
         group=group,
         group_members=group_members,
@@ -200,19 +205,24 @@ def _allocated_outputs(
 
 
 def _transfer_counts(
-    edges: list[dict[str, Any]], nbytes: list[int], slots: list[tuple[int, ...]]
+    edges: list[dict[str, Any]], nbytes: list[int], slots: list[tuple[int, ...]], control: list[bool]
 ) -> np.ndarray:
     """:func:`~tfplace.core.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
     or one without bytes, else the recorded ``transfers`` or one per slot (at least one)."""
     recorded = np.array(list(map(methodcaller("get", "transfers", -1), edges)), dtype=np.int64)
     per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=len(edges)))
-    carries = (np.array(nbytes, dtype=np.int64) > 0) & ~np.array(_column(edges, "control"), dtype=bool)
+    carries = (np.array(nbytes, dtype=np.int64) > 0) & ~np.array(control, dtype=bool)
     return np.where(carries, np.where(recorded >= 0, recorded, per_slot), 0)
 
 
-def _column(records: list[dict[str, Any]], key: str) -> list[Any]:
-    """``record[key]`` of every record."""
-    return list(map(itemgetter(key), records))
+def _columns(records: list[dict[str, Any]], *keys: str) -> list[list[Any]]:
+    """``[record[key] for record in records]`` for each key, reading each record once (the records
+    are scattered in memory: one pass over them costs less than one per key)."""
+    if not records:
+        return [[] for _ in keys]
+    if len(keys) == 1:
+        return [list(map(itemgetter(keys[0]), records))]
+    return list(map(list, zip(*map(itemgetter(*keys), records))))
 
 
 def _colocation_groups(keys: list[str | None]) -> tuple[np.ndarray, list[list[int]]]:

@@ -78,10 +78,10 @@ def leaders_first(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
         position[op] = i
     group: list[int] = graph.group.tolist()
     follower: list[bool] = graph.follower.tolist()
+    succ = graph.succ
     open_groups = set(group[op] for op in np.flatnonzero(~graph.follower).tolist())
     waiting = [len(p) for p in graph.pred]
-    ready = [(position[v], v) for v in range(len(graph)) if not waiting[v]]
-    ready.sort()
+    ready = sorted(position[v] for v in range(len(graph)) if not waiting[v])  # a heap of positions
     held: dict[int, list[int]] = {}
     result: list[int] = []
     while len(result) < len(graph):
@@ -89,22 +89,22 @@ def leaders_first(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
             stalled = min(held)
             open_groups.discard(stalled)
             for v in held.pop(stalled):
-                heappush(ready, (position[v], v))
+                heappush(ready, position[v])
             continue
-        _, v = heappop(ready)
+        v = order[heappop(ready)]
         g = group[v]
-        if follower[v] and g in open_groups:
-            held.setdefault(g, []).append(v)
-            continue
-        result.append(v)
         if g in open_groups:
+            if follower[v]:
+                held.setdefault(g, []).append(v)
+                continue
             open_groups.discard(g)
             for w in held.pop(g, ()):
-                heappush(ready, (position[w], w))
-        for w in graph.succ[v]:
-            waiting[w] -= 1
-            if not waiting[w]:
-                heappush(ready, (position[w], w))
+                heappush(ready, position[w])
+        result.append(v)
+        for w in succ[v]:
+            left = waiting[w] = waiting[w] - 1
+            if not left:
+                heappush(ready, position[w])
     return result
 
 

@@ -28,9 +28,10 @@ Both share :func:`etf_schedule`, an event-driven simulation of the devices (BASE
   the op's start, its memory in use plus the op's outputs, temporary memory, inputs it still has to
   receive and (for an op whose group is new) the group's persistent memory fit in its capacity.
   When no device has room, best effort: the candidate device with the lowest fraction of its
-  memory in use. :attr:`EtfSchedule.peak_memory` reports this dynamic model; the ledger keeps the
-  project's static model (persistent memory and every output held for the whole step), so it can
-  report overcommits that the dynamic model does not see.
+  memory in use. :attr:`EtfSchedule.peak_memory` reports this dynamic model. The placement's
+  estimate (the ledger's) is every placer's: under ``memory_model="liveness"`` the step replayed as
+  the executor runs it, each received tensor held from its transfer's start
+  (:mod:`tfplace.placer.liveness`); under ``"static"`` the sum of the outputs.
 
 m-SCT (Hanen and Munier's SCT as Baechi adapts it) adds favorite children from the relaxed LP of
 :mod:`tfplace.placer.favorite_child` and one rule. Let ``u`` be the last op scheduled on device

@@ -105,6 +105,7 @@ class MemoryLedger:
         self.peak_temporary = np.zeros(len(all_devices), dtype=np.int64)
         self.group_device = np.full(len(graph.group_members), UNPLACED, dtype=np.int64)
         self._groups: list[int] = graph.group.tolist()
+        self._group_device: list[int] = [UNPLACED] * len(graph.group_members)  # group_device, as a list
         groups = len(graph.group_members)
         self.group_resident = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_resident, graph.group, graph.resident)
@@ -143,6 +144,7 @@ class MemoryLedger:
         ledger.resident = np.zeros_like(self.resident)
         ledger.peak_temporary = np.zeros_like(self.peak_temporary)
         ledger.group_device = np.full_like(self.group_device, UNPLACED)
+        ledger._group_device = [UNPLACED] * len(self._group_device)
         ledger.live = ledger._live_memory()
         ledger._replayed = None
         return ledger
@@ -161,10 +163,11 @@ class MemoryLedger:
             key = op_devices.tobytes() + persistent.tobytes()
             if key not in self.replays:
                 device_of = op_devices.tolist()
-                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__, eager_sends=True)
+                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
                 for d in np.flatnonzero(persistent).tolist():
                     replay.add_persistent(d, int(persistent[d]))
-                replay.run(executor_order(self.graph, device_of, self.devices), UNPLACED)
+                schedule = executor_order(self.graph, device_of, self.devices)
+                replay.replay(schedule.order, schedule.start, schedule.transfers)
                 self.replays[key] = replay.peak
             self._replayed = self.replays[key]
         return self._replayed
@@ -178,7 +181,7 @@ class MemoryLedger:
 
     def device_of(self, op: int) -> int:
         """Device of an op's group, or :data:`UNPLACED`."""
-        return int(self.group_device[self._groups[op]])
+        return self._group_device[self._groups[op]]
 
     def new_groups(self, ops: Sequence[int]) -> list[int]:
         """Groups touched by ``ops`` that are not placed yet, each once, in the order of ``ops``."""
@@ -215,8 +218,8 @@ class MemoryLedger:
 
     def used(self, device: int) -> int:
         """Bytes a device holds: resident memory plus the largest temporary memory (static), or
-        the peak of its live memory so far (liveness; once every op ran, replayed with tensors
-        sent as soon as they are made, :mod:`tfplace.placer.liveness`)."""
+        the peak of its live memory so far (liveness; once every op ran, replayed in the executor's
+        order with each tensor received when its transfer starts, :mod:`tfplace.placer.liveness`)."""
         if self.live is not None:
             return int(self._live_peaks()[device])
         return int(self.resident[device] + self.peak_temporary[device])
@@ -267,6 +270,8 @@ class MemoryLedger:
     def _place_groups(self, groups: list[int], device: int) -> None:
         index = np.asarray(groups, dtype=np.int64)
         self.group_device[index] = device
+        for g in groups:
+            self._group_device[g] = device
         if self.live is not None:
             self.live.add_persistent(device, int(self.group_persistent[index].sum()))
         self.resident[device] += self.group_resident[index].sum()
