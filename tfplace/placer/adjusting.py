@@ -159,17 +159,37 @@ def _cluster_candidates(ledger: MemoryLedger, groups: list[int], ops: Sequence[i
     return [d for d in candidates if d in pinned] or pinned
 
 
+def _first_fitting(ledger: MemoryLedger, groups: list[int], ops: Sequence[int]) -> tuple[int, bool]:
+    """The first of a cluster's candidate devices with room for its new groups, or the least used
+    of them (best effort, when it brings groups)."""
+    candidates = _cluster_candidates(ledger, groups, ops)
+    for d in candidates:
+        if ledger.fits(groups, d, ops):
+            return d, False
+    return ledger.least_used(candidates), bool(groups)
+
+
 def order_place_clusters(
     coarse: IndexedGraph, members: Sequence[Sequence[int]], ledger: MemoryLedger
 ) -> ClusterSchedule:
     """Order-Place (section 6.2.2): clusters in CPD-TOPO order fill one device up to its memory
     limit, then the next; best effort when none is left. The schedule is built as in
-    :func:`adjusting_placement`, so that both are compared on the same terms."""
+    :func:`adjusting_placement`, so that both are compared on the same terms.
+
+    A cluster some of whose ops an earlier cluster placed already (gradient ops co-placed with
+    their forward ops) goes, as in Adjusting Placement, to a device its ops have
+    (:func:`_cluster_candidates`: the first that fits, else the least used), and the fill position
+    stays: the schedule then runs it where its ops run, not on the device being filled (which
+    made Order-Place's estimate of a co-placed training step too short by the transfers it
+    missed, and the guard of :func:`~tfplace.placer.celeritas.celeritas` keep it wrongly)."""
     scheduler = _Scheduler(coarse, ledger)
     current = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
-        chosen, current, forced = next_fill_device(ledger, groups, current, members[v])
+        if ledger.placed_devices(members[v]):
+            chosen, forced = _first_fitting(ledger, groups, members[v])
+        else:
+            chosen, current, forced = next_fill_device(ledger, groups, current, members[v])
         if forced:
             scheduler.best_effort.append(v)
         start = scheduler.earliest_start(v, chosen)
