@@ -110,6 +110,20 @@ def test_order_place_never_moves_back_to_an_earlier_device():
     assert [placed[op] for op in "abc"] == [0, 1, 1]
 
 
+def test_order_place_runs_a_cluster_whose_ops_are_placed_where_they_are_and_keeps_filling():
+    # a and its co-located g (a gradient op, say) fill device 0; b moves the fill to device 1;
+    # g's cluster runs on device 0 with a, and c, which follows b, stays on device 1
+    graph = graph_from_edges(
+        [("a", "b", 1), ("b", "g", 1), ("g", "c", 1)],
+        persistent_bytes={"a": 60, "b": 60, "g": 1, "c": 1},
+        colocation_group={"a": "w", "g": "w"},
+    )
+    placed, schedule, _ = one_op_clusters(graph, devices(2, memory=100), order_place_clusters)
+    assert [placed[op] for op in "abgc"] == [0, 1, 0, 1]
+    assert schedule.devices == [0, 1, 0, 1]
+    assert schedule.makespan == pytest.approx(1 + 1 + 1 + 1 + 1 + 1 + 1)  # a, send, b, send, g, send, c
+
+
 # -- Adjusting Placement against Order-Place (section 5.2's claim) ----------------------------------
 
 FREE_LINK = TransferModel(k=0.0, b=0.0, name="free")

@@ -159,17 +159,40 @@ def _cluster_candidates(ledger: MemoryLedger, groups: list[int], ops: Sequence[i
     return [d for d in candidates if d in pinned] or pinned
 
 
+def _pinned_device(ledger: MemoryLedger, groups: list[int], ops: Sequence[int]) -> int | None:
+    """For a cluster some of whose ops are placed: the first of the devices they have
+    (:func:`_cluster_candidates`) with room for its new groups; ``None`` when its ops are all
+    unplaced or no such device has room."""
+    if not ledger.placed_devices(ops):
+        return None
+    candidates = _cluster_candidates(ledger, groups, ops)
+    if not groups:
+        return candidates[0]
+    return next((d for d in candidates if ledger.fits(groups, d, ops)), None)
+
+
 def order_place_clusters(
     coarse: IndexedGraph, members: Sequence[Sequence[int]], ledger: MemoryLedger
 ) -> ClusterSchedule:
     """Order-Place (section 6.2.2): clusters in CPD-TOPO order fill one device up to its memory
     limit, then the next; best effort when none is left. The schedule is built as in
-    :func:`adjusting_placement`, so that both are compared on the same terms."""
+    :func:`adjusting_placement`, so that both are compared on the same terms.
+
+    A cluster some of whose ops an earlier cluster placed already (gradient ops co-placed with
+    their forward ops) goes, as in Adjusting Placement, to the first device its ops have
+    (:func:`_cluster_candidates`) with room for its new groups, and the fill position stays; only
+    when none has room does it take the fill order. The schedule then runs it where its ops run,
+    not on the device being filled (which made Order-Place's estimate of a co-placed training step
+    too short by the transfers it missed, and the guard of :func:`~tfplace.placer.celeritas.celeritas`
+    keep it wrongly)."""
     scheduler = _Scheduler(coarse, ledger)
     current = 0
     for v in cpd_topo_order(coarse):
         groups = ledger.new_groups(members[v])
-        chosen, current, forced = next_fill_device(ledger, groups, current, members[v])
+        chosen = _pinned_device(ledger, groups, members[v])
+        forced = False
+        if chosen is None:
+            chosen, current, forced = next_fill_device(ledger, groups, current, members[v])
         if forced:
             scheduler.best_effort.append(v)
         start = scheduler.earliest_start(v, chosen)
