@@ -13,7 +13,7 @@ from tfplace.core.transfer import TransferModel
 from tfplace.split.coarsen import weight_groups
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
-from tfplace.split.layerwise import edge_seconds, layerwise_plan, search_plan
+from tfplace.split.layerwise import Held, device_blocks, edge_seconds, layerwise_plan, search_plan
 from tfplace.split.plan import OpSplit, SplitPlan
 
 LINK = TransferModel(k=1e-6, b=0.0, name="test")
@@ -122,11 +122,27 @@ def test_devices_of_different_speeds_get_pieces_proportional_to_their_speeds():
 
 
 def test_an_all_reduce_costs_twice_a_reduce_scatter_and_a_tensor_already_where_it_is_read_costs_nothing():
-    scatter = edge_seconds(4000, "partial", "split(0)", 4, 1e-6, 1e-3)
-    assert edge_seconds(4000, "partial", "replica", 4, 1e-6, 1e-3) == pytest.approx(2 * scatter)
-    assert edge_seconds(4000, "whole@/gpu:0", "whole@/gpu:0", 4, 1e-6, 1e-3) == 0.0
-    assert edge_seconds(4000, "split(0)", "split(0)", 4, 1e-6, 1e-3) == 0.0
-    assert edge_seconds(4000, "replica", "split(1)", 4, 1e-6, 1e-3) == 0.0
+    four, two = ("a", "b", "c", "d"), ("c", "d")
+    scatter = edge_seconds(4000, Held("partial", None, four), Held("split", 0, four), 1e-6, 1e-3)
+    assert edge_seconds(
+        4000, Held("partial", None, four), Held("replica", None, four), 1e-6, 1e-3
+    ) == pytest.approx(2 * scatter)
+    assert edge_seconds(4000, Held("whole", None, ("a",)), Held("whole", None, ("a",)), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("split", 0, four), Held("split", 0, four), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("replica", None, four), Held("split", 1, two), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("replica", None, ("a", "b")), Held("split", 1, two), 1e-6, 1e-3) > 0.0
+
+
+def test_recursive_two_way_blocks_halve_the_devices_level_by_level_and_flat_blocks_take_every_divisor():
+    eight = tuple("abcdefgh")
+    assert [len(b) for b in device_blocks(eight)] == [8, 4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert device_blocks(eight, "flat") == device_blocks(eight)
+    six = tuple("abcdef")
+    assert ("a", "b", "c") in device_blocks(six) and ("a", "b") in device_blocks(six)
+    assert ("a", "b") in device_blocks(six, "flat") and ("a", "b", "c") in device_blocks(six, "flat")
+    assert ("c",) in device_blocks(six) and ("a", "b", "c", "d") not in device_blocks(six)
+    with pytest.raises(ValueError, match="spread"):
+        device_blocks(six, "random")
 
 
 def test_whichever_candidate_is_chosen_the_plan_records_the_batch_its_rewrite_feeds():

@@ -248,7 +248,12 @@ class CostGraph(nx.DiGraph):
     def transfer_model(self) -> TransferModel:
         """The link model the edges' ``transfer_time`` was computed with."""
         spec = self.graph.get("transfer_model")
-        return TransferModel.from_dict(spec) if spec else TransferModel.default()
+        cached = self.__dict__.get("_transfer_cache")
+        if cached is not None and cached[0] == spec:
+            return cached[1]  # add_dependency asks once per edge: parse the spec once per change
+        model = TransferModel.from_dict(spec) if spec else TransferModel.default()
+        self.__dict__["_transfer_cache"] = (dict(spec) if spec else spec, model)
+        return model
 
     def set_transfer_model(self, model: TransferModel) -> None:
         """Recompute every edge's ``transfer_time`` as ``t = k * bytes + b`` (section 4.1)."""
