@@ -149,3 +149,26 @@ def test_whichever_candidate_is_chosen_the_plan_records_the_batch_its_rewrite_fe
     graph = wide_layer_graph(batch=512)  # one device wins: a whole-op candidate
     chosen = layerwise_plan(graph, gpus())
     assert chosen.placer == "layerwise (single)" and chosen.batch_size == 512
+
+
+@pytest.mark.parametrize("memory", [2_200_000, 3_200_000, 5_000_000, 8_000_000])
+@pytest.mark.parametrize("batch", [8, 512])
+def test_the_plan_never_exceeds_a_devices_memory_when_data_parallelism_or_one_device_fits(batch, memory):
+    graph = wide_layer_graph(batch=batch)
+    devices = gpus(4, memory)
+    chosen = layerwise_plan(graph, devices)
+    rivals = [
+        data_parallel_plan(graph, devices),
+        SplitPlan({op: OpSplit.whole(devices.names[0]) for op in graph}, devices),
+    ]
+    for rival in rivals:
+        simulate_plan(graph, rival)
+    if any(max(rival.peak_memory.values()) <= memory for rival in rivals):
+        assert max(chosen.peak_memory.values()) <= memory
+
+
+def test_the_memory_fallback_search_offers_no_layer_a_block_of_fewer_devices_than_all():
+    graph = wide_layer_graph(batch=8)
+    everywhere = search_plan(graph, gpus(4), all_devices_only=True)
+    assert all(split.degree in (1, 4) for split in everywhere.splits.values())
+    assert {split.degree for op, split in everywhere.splits.items() if op in ("logits", "dw")} == {4}

@@ -21,7 +21,9 @@
     all-reduce of ``AllReduce`` nodes: a reduce-scatter (each device sums one ``1/k`` slice of
     everyone's pieces) and an all-gather, so each device sends ``2 (k - 1) / k`` of the tensor, as a
     ring all-reduce does, over the simulator's links;
-* control dependencies join every node of the producer to every node of the consumer; a shape op
+* control dependencies join every node of the producer to every node of the consumer, except that
+  replicas on the same devices are ordered device by device (each replica's variable update before
+  that replica's read, as MirroredStrategy's replicas run); a shape op
   (:data:`~tfplace.split.rules.SHAPE_OPS`) waits for its input without receiving its bytes.
 
 :func:`simulate_plan` runs the expanded graph through :func:`tfplace.simulator.simulate`, so the
@@ -200,8 +202,14 @@ class _Expander:
                 self.out.add_dependency(local[0].node, dst.node, control=True)
             return
         if edge["control"] or not edge["slots"]:
+            by_device = (
+                self.plan.splits[u].dimension == self.plan.splits[v].dimension == REPLICA
+                and self.plan.splits[u].devices == self.plan.splits[v].devices
+            )
             for src in self.pieces[u]:
                 for dst in self.pieces[v]:
+                    if by_device and src.device != dst.device:
+                        continue  # each replica orders its own copy (an update before a read)
                     if edge["control"] or not edge["bytes"]:
                         self.out.add_dependency(src.node, dst.node, control=True)
                     else:

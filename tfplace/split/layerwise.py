@@ -20,8 +20,8 @@ program (:mod:`tfplace.split.elimination`). Here:
   context; **edge cost**: ``t_x`` of the edges between two layers, each priced by
   :func:`edge_seconds` on the devices' typical link as :func:`tfplace.split.expand.expand_plan`
   moves them (weight gradients all-reduced in buckets pay no per-tensor latency);
-* **memory**: a configuration whose layer alone (weights, outputs and scratch of its pieces, without
-  liveness) exceeds a device's memory is not offered; :func:`layerwise_plan` then simulates the
+* **memory**: a configuration whose layer alone cannot fit a device (its weights there plus its
+  largest piece's outputs and scratch exceed the device's memory) is not offered; :func:`layerwise_plan` then simulates the
   result and, when its peak exceeds a device, searches again with the all-device configurations
   only (memory spread evenly), before falling back on the next candidate.
 
@@ -282,26 +282,23 @@ def _feature_split(
     return option
 
 
-def _bytes_per_device(graph: nx.DiGraph, option: Mapping[str, OpSplit]) -> dict[str, float]:
-    """What the ops of ``option`` hold on each device, all at once: weights, outputs, scratch."""
-    held: dict[str, float] = {}
+def _least_bytes(graph: nx.DiGraph, option: Mapping[str, OpSplit]) -> dict[str, float]:
+    """A lower bound of what the ops of ``option`` need on each device at the step's peak: their
+    weights (resident all step) and the largest one piece's outputs and scratch."""
+    weights: dict[str, float] = {}
+    largest: dict[str, float] = {}
     for op, split in option.items():
         attrs = graph.nodes[op]
         rule = rule_of(graph, op, split)
         for device, share in zip(split.devices, split.shares):
             part = 1.0 if split.dimension in (None, REPLICA) else share
             outputs = sum(
-                size
-                * (
-                    1.0
-                    if rule is None or rule.write(slot) == PARTIAL or rule.write(slot).axis is None
-                    else part
-                )
+                size * (1.0 if rule is None or rule.write(slot).axis is None else part)
                 for slot, size in enumerate(attrs["output_sizes"])
             )
-            nbytes = (attrs["persistent_bytes"] + attrs["temporary_bytes"]) * part + outputs
-            held[device] = held.get(device, 0.0) + nbytes
-    return held
+            weights[device] = weights.get(device, 0.0) + attrs["persistent_bytes"] * part
+            largest[device] = max(largest.get(device, 0.0), outputs + attrs["temporary_bytes"] * part)
+    return {device: weights[device] + largest[device] for device in weights}
 
 
 @dataclass(frozen=True)
@@ -319,8 +316,8 @@ def _configurations(
     pricer: _Pricer,
     memory: Mapping[str, int],
 ) -> list[_Configuration]:
-    """A layer's configurations on each of ``blocks`` (module docstring) whose bytes fit each
-    device's ``memory``; the layer's data-parallel splits when none does."""
+    """A layer's configurations on each of ``blocks`` (module docstring) that can fit each device's
+    ``memory`` (:func:`_least_bytes`); the first (data parallelism on all devices) when none can."""
     found = []
     for block in blocks:
         shares = shares_of(block)
@@ -331,7 +328,7 @@ def _configurations(
     fitting = [
         c
         for c in found
-        if all(nbytes <= memory.get(d, nbytes) for d, nbytes in _bytes_per_device(graph, c.splits).items())
+        if all(nbytes <= memory.get(d, nbytes) for d, nbytes in _least_bytes(graph, c.splits).items())
     ]
     return fitting or found[:1]
 
