@@ -186,10 +186,10 @@ class _Pricer:
     def moves(self, edges: Iterable[tuple[str, str, int]], splits: Mapping[str, OpSplit]) -> float:
         """Moving the edges' tensors, each once per layout it is brought into (as
         :func:`tfplace.split.expand.expand_plan` does)."""
-        held = {
+        held = dict.fromkeys(  # in the edges' order: sums do not depend on hash seeds
             (u, slot, self.writes(u, splits[u], slot), self.reads(v, splits[v], u, slot))
             for u, v, slot in edges
-        }
+        )
         seconds = 0.0
         for u, slot, source, target in held:
             sizes = self.graph.nodes[u]["output_sizes"]
@@ -506,6 +506,20 @@ def _fits(plan: SplitPlan, memory: Mapping[str, int]) -> bool:
     return all(peak <= memory.get(device, peak) for device, peak in plan.peak_memory.items())
 
 
+def _busiest_device_seconds(graph: nx.DiGraph, plan: SplitPlan, speeds: Mapping[str, float]) -> float:
+    """A lower bound of ``plan``'s step time: the compute of its busiest device, without waiting or
+    transfers (the simulator runs one op at a time per device)."""
+    batch = graph.graph.get("batch_size")
+    busy: dict[str, float] = {}
+    for op, split in plan.splits.items():
+        for device, share in zip(split.devices, split.shares):
+            piece = piece_time(
+                graph.nodes[op], split.dimension or "", share if split.dimension != REPLICA else 1.0, batch
+            )
+            busy[device] = busy.get(device, 0.0) + piece / speeds.get(device, 1.0)
+    return max(busy.values(), default=0.0)
+
+
 def layerwise_plan(
     graph: nx.DiGraph,
     devices: DeviceSet,
@@ -518,9 +532,11 @@ def layerwise_plan(
     """The searched plan, simulated; when its peak exceeds a device, the search again with
     configurations over all devices only (module docstring). Then the guard: the fastest fitting
     plan among that, data parallelism's, one device's and those of ``placements`` (whole-op
-    placements), each simulated (the lowest peak when none fits). Ties keep that order."""
+    placements), each simulated unless its busiest device's compute alone
+    (:func:`_busiest_device_seconds`) is no faster than a fitting plan already simulated; when none
+    fits, every candidate is simulated and the lowest peak chosen. Ties keep that order."""
     names = tuple(devices.names)
-    by_name = dict(zip(names, speeds)) if speeds is not None else None
+    by_name = dict(zip(names, speeds)) if speeds is not None else {}
     memory = {d.name: devices.memory_of(i) for i, d in enumerate(devices.all_devices)}
     searched = search_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes, spread=spread)
     simulate_plan(graph, searched, speeds=by_name)
@@ -529,23 +545,27 @@ def layerwise_plan(
             graph, devices, speeds=speeds, bucket_bytes=bucket_bytes, spread=spread, all_devices_only=True
         )
         simulate_plan(graph, searched, speeds=by_name)
-    parallel = data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes)
     candidates = [
         searched,
-        parallel,
+        data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes),
         SplitPlan({op: OpSplit.whole(names[0]) for op in graph}, devices, placer="single"),
         *(SplitPlan.from_placement(p) for p in placements),
     ]
+    simulated = [searched]
     for candidate in candidates[1:]:
+        best = min((p.step_time or 0.0 for p in simulated if _fits(p, memory)), default=float("inf"))
         if candidate.splits == searched.splits and candidate.bucket_bytes == searched.bucket_bytes:
-            candidate.step_time, candidate.peak_memory = searched.step_time, dict(searched.peak_memory)
-            candidate.bytes_moved = searched.bytes_moved
-        else:
+            continue
+        if _busiest_device_seconds(graph, candidate, by_name) < best:
             simulate_plan(graph, candidate, speeds=by_name)
-    fitting = [plan for plan in candidates if _fits(plan, memory)]
+            simulated.append(candidate)
+    fitting = [plan for plan in simulated if _fits(plan, memory)]
     if fitting:
         chosen = min(fitting, key=lambda plan: plan.step_time or 0.0)
     else:
+        for candidate in candidates:
+            if all(candidate is not plan for plan in simulated):
+                simulate_plan(graph, candidate, speeds=by_name)
         chosen = min(candidates, key=lambda plan: max(plan.peak_memory.values(), default=0))
     chosen.placer = f"layerwise ({chosen.placer or 'placement'})"
     chosen.batch_size = chosen.batch_size or graph.graph.get("batch_size")  # what the rewrite feeds
