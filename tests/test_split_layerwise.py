@@ -13,7 +13,7 @@ from tfplace.core.transfer import TransferModel
 from tfplace.split.coarsen import weight_groups
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
-from tfplace.split.layerwise import edge_seconds, layerwise_plan, search_plan
+from tfplace.split.layerwise import Held, device_blocks, edge_seconds, layerwise_plan, search_plan
 from tfplace.split.plan import OpSplit, SplitPlan
 
 LINK = TransferModel(k=1e-6, b=0.0, name="test")
@@ -122,14 +122,53 @@ def test_devices_of_different_speeds_get_pieces_proportional_to_their_speeds():
 
 
 def test_an_all_reduce_costs_twice_a_reduce_scatter_and_a_tensor_already_where_it_is_read_costs_nothing():
-    scatter = edge_seconds(4000, "partial", "split(0)", 4, 1e-6, 1e-3)
-    assert edge_seconds(4000, "partial", "replica", 4, 1e-6, 1e-3) == pytest.approx(2 * scatter)
-    assert edge_seconds(4000, "whole@/gpu:0", "whole@/gpu:0", 4, 1e-6, 1e-3) == 0.0
-    assert edge_seconds(4000, "split(0)", "split(0)", 4, 1e-6, 1e-3) == 0.0
-    assert edge_seconds(4000, "replica", "split(1)", 4, 1e-6, 1e-3) == 0.0
+    four, two = ("a", "b", "c", "d"), ("c", "d")
+    scatter = edge_seconds(4000, Held("partial", None, four), Held("split", 0, four), 1e-6, 1e-3)
+    assert edge_seconds(
+        4000, Held("partial", None, four), Held("replica", None, four), 1e-6, 1e-3
+    ) == pytest.approx(2 * scatter)
+    assert edge_seconds(4000, Held("whole", None, ("a",)), Held("whole", None, ("a",)), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("split", 0, four), Held("split", 0, four), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("replica", None, four), Held("split", 1, two), 1e-6, 1e-3) == 0.0
+    assert edge_seconds(4000, Held("replica", None, ("a", "b")), Held("split", 1, two), 1e-6, 1e-3) > 0.0
+
+
+def test_recursive_two_way_blocks_halve_the_devices_level_by_level_and_flat_blocks_take_every_divisor():
+    eight = tuple("abcdefgh")
+    assert [len(b) for b in device_blocks(eight)] == [8, 4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert device_blocks(eight, "flat") == device_blocks(eight)
+    six = tuple("abcdef")
+    assert ("a", "b", "c") in device_blocks(six) and ("a", "b") in device_blocks(six)
+    assert ("a", "b") in device_blocks(six, "flat") and ("a", "b", "c") in device_blocks(six, "flat")
+    assert ("c",) in device_blocks(six) and ("a", "b", "c", "d") not in device_blocks(six)
+    with pytest.raises(ValueError, match="spread"):
+        device_blocks(six, "random")
 
 
 def test_whichever_candidate_is_chosen_the_plan_records_the_batch_its_rewrite_feeds():
     graph = wide_layer_graph(batch=512)  # one device wins: a whole-op candidate
     chosen = layerwise_plan(graph, gpus())
     assert chosen.placer == "layerwise (single)" and chosen.batch_size == 512
+
+
+@pytest.mark.parametrize("memory", [2_200_000, 3_200_000, 5_000_000, 8_000_000])
+@pytest.mark.parametrize("batch", [8, 512])
+def test_the_plan_never_exceeds_a_devices_memory_when_data_parallelism_or_one_device_fits(batch, memory):
+    graph = wide_layer_graph(batch=batch)
+    devices = gpus(4, memory)
+    chosen = layerwise_plan(graph, devices)
+    rivals = [
+        data_parallel_plan(graph, devices),
+        SplitPlan({op: OpSplit.whole(devices.names[0]) for op in graph}, devices),
+    ]
+    for rival in rivals:
+        simulate_plan(graph, rival)
+    if any(max(rival.peak_memory.values()) <= memory for rival in rivals):
+        assert max(chosen.peak_memory.values()) <= memory
+
+
+def test_the_memory_fallback_search_offers_no_layer_a_block_of_fewer_devices_than_all():
+    graph = wide_layer_graph(batch=8)
+    everywhere = search_plan(graph, gpus(4), all_devices_only=True)
+    assert all(split.degree in (1, 4) for split in everywhere.splits.values())
+    assert {split.degree for op, split in everywhere.splits.items() if op in ("logits", "dw")} == {4}

@@ -1,5 +1,11 @@
 """Coarsening for the layer-wise search (Tofu section 5.1): ops that must share a configuration.
 
+:func:`layer_groups` extends :func:`weight_groups` along element-wise chains: an element-wise op
+(split along the batch only, reading and writing its slices alike) whose data inputs come from one
+group's ops (and ops in no group) joins that group, and so do its gradient ops; an activation, a
+bias or a residual branch's scaling thus shares its layer's configuration, and neighbouring layers
+become neighbours of the coarse graph.
+
 A coarse node is what OptCNN calls a layer: a weight (a variable op) with every op that touches it
 directly (its reads, its update, a gather; of at least
 :data:`MIN_WEIGHT_BYTES`), the ops that consume those reads (the layer's forward
@@ -13,7 +19,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-__all__ = ["MIN_WEIGHT_BYTES", "VARIABLE_TYPES", "WEIGHT_READ_TYPES", "weight_groups"]
+from tfplace.split.rules import BATCH, SHAPE_OPS, op_rules, sharded
+
+__all__ = ["MIN_WEIGHT_BYTES", "VARIABLE_TYPES", "WEIGHT_READ_TYPES", "layer_groups", "weight_groups"]
 
 MIN_WEIGHT_BYTES = 1024
 """Variables smaller than this (a step counter, Adam's powers of beta, a learning rate) are read by
@@ -77,3 +85,35 @@ def weight_groups(graph: nx.DiGraph) -> list[list[str]]:
         if root in roots:
             groups.setdefault(root, []).append(op)
     return list(groups.values())
+
+
+def _element_wise(graph: nx.DiGraph, op: str) -> bool:
+    rules = op_rules(graph.nodes[op]["op_type"], graph.nodes[op].get("attrs"))
+    batch = rules.get(BATCH)
+    return batch is not None and batch.reads == (sharded(0),) and batch.writes == (sharded(0),)
+
+
+def layer_groups(graph: nx.DiGraph, weights: list[list[str]] | None = None) -> list[list[str]]:
+    """:func:`weight_groups` (or ``weights``, as it returned them) grown along element-wise chains
+    (module docstring), in the same order."""
+    groups = [list(group) for group in (weight_groups(graph) if weights is None else weights)]
+    member = {op: index for index, group in enumerate(groups) for op in group}
+    order = list(nx.topological_sort(graph))
+    for op in order:
+        if op in member:
+            continue
+        forward = graph.nodes[op].get("gradient_of")
+        owners = {
+            member[producer]
+            for producer, _, slots in graph.in_edges(op, data="slots")
+            if slots and producer in member and graph.nodes[producer]["op_type"] not in SHAPE_OPS
+        }
+        if forward in member:
+            owners = {member[forward]}
+        elif not (_element_wise(graph, op) and len(owners) == 1):
+            continue
+        (owner,) = owners
+        member[op] = owner
+        groups[owner].append(op)
+    position = {op: i for i, op in enumerate(order)}
+    return [sorted(group, key=position.__getitem__) for group in groups]

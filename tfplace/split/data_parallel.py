@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import networkx as nx
 
 from tfplace.core.devices import DeviceSet
+from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
 from tfplace.split.plan import OpSplit, SplitPlan, dimension_size, inputs_known
 from tfplace.split.rules import BATCH, PARTIAL, REDUCTION, REPLICA, SHAPE_OPS, can_replicate, op_rules
 
@@ -49,12 +50,17 @@ def batch_dimension(graph: nx.DiGraph, op: str) -> str | None:
 
 
 def data_parallel_plan(
-    graph: nx.DiGraph, devices: DeviceSet, *, speeds: Sequence[float] | None = None
+    graph: nx.DiGraph,
+    devices: DeviceSet,
+    *,
+    speeds: Sequence[float] | None = None,
+    bucket_bytes: int | None = DEFAULT_BUCKET_BYTES,
 ) -> SplitPlan:
     """The data-parallel plan of ``graph`` over the target ``devices`` (module docstring).
 
     ``speeds`` gives each device's relative speed; batch pieces are then proportional to it (BBGraP's
-    balance for devices of different speeds). Equal pieces by default.
+    balance for devices of different speeds). Equal pieces by default. Weight gradients are
+    all-reduced in buckets of ``bucket_bytes`` (DDP's 25 MB; ``None``: one all-reduce per tensor).
     """
     names = tuple(devices.names)
     weights = list(speeds) if speeds is not None else [1.0] * len(names)
@@ -89,4 +95,10 @@ def data_parallel_plan(
             splits[op] = OpSplit.whole(names[0])
             if carries:
                 examples.update((op, slot) for slot in range(len(graph.nodes[op]["output_sizes"])))
-    return SplitPlan(splits, devices, placer="data_parallel", batch_size=graph.graph.get("batch_size"))
+    return SplitPlan(
+        splits,
+        devices,
+        placer="data_parallel",
+        batch_size=graph.graph.get("batch_size"),
+        bucket_bytes=bucket_bytes,
+    )

@@ -21,7 +21,9 @@
     all-reduce of ``AllReduce`` nodes: a reduce-scatter (each device sums one ``1/k`` slice of
     everyone's pieces) and an all-gather, so each device sends ``2 (k - 1) / k`` of the tensor, as a
     ring all-reduce does, over the simulator's links;
-* control dependencies join every node of the producer to every node of the consumer; a shape op
+* control dependencies join every node of the producer to every node of the consumer, except that
+  replicas on the same devices are ordered device by device (each replica's variable update before
+  that replica's read, as MirroredStrategy's replicas run); a shape op
   (:data:`~tfplace.split.rules.SHAPE_OPS`) waits for its input without receiving its bytes.
 
 :func:`simulate_plan` runs the expanded graph through :func:`tfplace.simulator.simulate`, so the
@@ -38,6 +40,7 @@ import networkx as nx
 
 from tfplace.core.costgraph import CostGraph
 from tfplace.simulator import SimulationResult, simulate
+from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.costs import PIECE_OVERHEAD, piece_time
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, SHAPE_OPS, Layout
@@ -106,12 +109,15 @@ class _Expander:
         self.devices: dict[str, str] = {}
         self.pieces: dict[str, list[_Piece]] = {}
         self.made: dict[tuple[Any, ...], str] = {}
+        self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
+        self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
             self._add_op(op, self.plan.splits[op])
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
+        self._wire_all_reduces()
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
@@ -136,7 +142,7 @@ class _Expander:
             )
         }
         base["device_kinds"] = attrs["device_kinds"]
-        rule = rule_of(self.graph, op, split)
+        rule = self.rules[op]
         if split.degree == 1 or rule is None:
             suffix = "#r" if split.degree > 1 else None
             pieces = []
@@ -196,15 +202,21 @@ class _Expander:
                 self.out.add_dependency(local[0].node, dst.node, control=True)
             return
         if edge["control"] or not edge["slots"]:
+            by_device = (
+                self.plan.splits[u].dimension == self.plan.splits[v].dimension == REPLICA
+                and self.plan.splits[u].devices == self.plan.splits[v].devices
+            )
             for src in self.pieces[u]:
                 for dst in self.pieces[v]:
+                    if by_device and src.device != dst.device:
+                        continue  # each replica orders its own copy (an update before a read)
                     if edge["control"] or not edge["bytes"]:
                         self.out.add_dependency(src.node, dst.node, control=True)
                     else:
                         self.out.add_dependency(src.node, dst.node, nbytes=edge["bytes"])
             return
         split = self.plan.splits[v]
-        rule = rule_of(self.graph, v, split)
+        rule = self.rules[v]
         inputs = self.graph.nodes[v].get("inputs") or ()
         for slot in edge["slots"]:
             positions = [i for i, source in enumerate(inputs) if source == (u, slot)]
@@ -224,8 +236,7 @@ class _Expander:
 
     def _deliver(self, u: str, slot: int, target: _Piece, layout: Layout, replicas: bool) -> None:
         sources = self.pieces[u]
-        split = self.plan.splits[u]
-        rule = rule_of(self.graph, u, split)
+        rule = self.rules[u]
         written = rule.write(slot) if rule is not None else REPLICATED
         if written == PARTIAL and layout == PARTIAL:
             index = self.pieces[self._op_of(target.node)].index(target)
@@ -295,7 +306,7 @@ class _Expander:
             and target.device in devices
             and len(set(devices)) == len(devices)
         ):
-            return self._all_reduced(u, slot, size)[devices.index(target.device)]
+            return self._all_reduced(u, slot, size, self._op_of(target.node))[devices.index(target.device)]
         name, new = self._helper(
             ("sum", u, slot, target.device), f"{u}:{slot}/sum@{target.device}", target.device, "AddN", size
         )
@@ -304,34 +315,69 @@ class _Expander:
                 self.out.add_dependency(piece.node, name, slots=(slot,))
         return _Piece(name, target.device, 0.0, 1.0)
 
-    def _all_reduced(self, u: str, slot: int, size: int) -> list[_Piece]:
+    def _all_reduced(self, u: str, slot: int, size: int, reader: str) -> list[_Piece]:
+        """Each device's all-reduced sum of ``u``'s partial slot: the nodes are made now, their
+        reduce-scatter once every tensor is known (:meth:`_wire_all_reduces`, in buckets)."""
         pieces = self.pieces[u]
-        k = len(pieces)
-        if ("allreduce", u, slot, 0) in self.made:
-            return [
-                _Piece(self.made[("allreduce", u, slot, i)], p.device, 0.0, 1.0) for i, p in enumerate(pieces)
-            ]
-        part = -(-size // k)
-        reduced = []
-        for i, owner in enumerate(pieces):
-            name, _ = self._helper(
-                ("reduce", u, slot, i), f"{u}:{slot}/allreduce/reduce{i}", owner.device, "AllReduce", part
-            )
-            for j, piece in enumerate(pieces):
-                if j == i:
-                    self.out.add_dependency(piece.node, name, slots=(slot,))
-                else:
-                    self._send_slice(piece, slot, _Piece(name, owner.device, 0.0, 1.0), part, ("reduce", i))
-            reduced.append(name)
-        result = []
-        for i, owner in enumerate(pieces):
-            name, _ = self._helper(
-                ("allreduce", u, slot, i), f"{u}:{slot}/allreduce/{i}", owner.device, "AllReduce", size
-            )
-            for part_node in reduced:
-                self.out.add_dependency(part_node, name, slots=(0,))
-            result.append(_Piece(name, owner.device, 0.0, 1.0))
-        return result
+        key = (u, slot)
+        if key not in self.all_reduces:
+            for i, owner in enumerate(pieces):
+                self._helper(
+                    ("allreduce", u, slot, i), f"{u}:{slot}/allreduce/{i}", owner.device, "AllReduce", size
+                )
+            self.all_reduces[key] = (size, set())
+        self.all_reduces[key][1].add(reader)
+        return [
+            _Piece(self.made[("allreduce", u, slot, i)], p.device, 0.0, 1.0) for i, p in enumerate(pieces)
+        ]
+
+    def _wire_all_reduces(self) -> None:
+        """Reduce-scatter and all-gather every bucket of all-reduced tensors
+        (:func:`tfplace.split.buckets.fuse`): device ``i`` sums slice ``i`` of the bucket, one message
+        from every other device, then gathers the other devices' sums. A bucket of several tensors
+        gathers into one buffer per device, of which each tensor's result is a view."""
+        requests = [
+            AllReduce(u, slot, size, tuple(p.device for p in self.pieces[u]), frozenset(readers))
+            for (u, slot), (size, readers) in self.all_reduces.items()
+        ]
+        for number, bucket in enumerate(fuse(self.graph, requests, self.plan.bucket_bytes)):
+            devices = bucket[0].devices
+            k = len(devices)
+            total = sum(request.nbytes for request in bucket)
+            part = -(-total // k)
+            prefix = f"{bucket[0].op}:{bucket[0].slot}" if len(bucket) == 1 else f"bucket{number}"
+            reduced = []
+            for i, owner in enumerate(devices):
+                name, _ = self._helper(
+                    ("reduce", prefix, i), f"{prefix}/allreduce/reduce{i}", owner, "AllReduce", part
+                )
+                for j, device in enumerate(devices):
+                    sender = name
+                    if j != i:
+                        sender, _ = self._helper(
+                            ("reduce-slice", prefix, i, j),
+                            f"{prefix}/allreduce/slice{i}@{j}",
+                            device,
+                            "Slice",
+                            part,
+                        )
+                        self.out.add_dependency(sender, name, slots=(0,))
+                    for request in bucket:
+                        piece = self.pieces[request.op][j]
+                        self.out.add_dependency(piece.node, sender, slots=(request.slot,))
+                reduced.append(name)
+            for i, owner in enumerate(devices):
+                results = [self.made[("allreduce", r.op, r.slot, i)] for r in bucket]
+                gathered = results[0]
+                if len(bucket) > 1:
+                    gathered, _ = self._helper(
+                        ("gather", prefix, i), f"{prefix}/allreduce/{i}", owner, "AllReduce", total
+                    )
+                    for result in results:
+                        self.out.add_dependency(gathered, result, slots=(0,))
+                        self.out.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
+                for part_node in reduced:
+                    self.out.add_dependency(part_node, gathered, slots=(0,))
 
     def _size(self, node: str, slot: int) -> int:
         sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]

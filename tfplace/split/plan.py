@@ -56,7 +56,9 @@ class SplitPlan:
     ``step_time``, ``peak_memory`` and ``bytes_moved`` come from simulating the plan
     (:func:`tfplace.split.expand.simulate_plan`); ``search_seconds`` is the time the search took.
     ``batch_size`` is the batch the plan's pieces cut (the cost graph's), which a graph whose
-    placeholders leave the batch unknown takes when the plan is applied.
+    placeholders leave the batch unknown takes when the plan is applied. ``bucket_bytes`` fuses the
+    all-reduces of weight gradients into buckets of up to that many bytes
+    (:mod:`tfplace.split.buckets`); ``None`` all-reduces each tensor on its own.
     """
 
     splits: dict[str, OpSplit]
@@ -67,6 +69,7 @@ class SplitPlan:
     bytes_moved: int = 0
     search_seconds: float = 0.0
     batch_size: int | None = None
+    bucket_bytes: int | None = None
 
     def apply(self, graph: Any) -> Any:
         """Rewrite ``graph`` (``tf.Graph``, ``GraphDef``, ``MetaGraphDef``) into the plan's pieces on their
@@ -109,6 +112,8 @@ class SplitPlan:
         split op's dimension is one its rules allow (given its ``attrs``), its degree does not exceed
         the dimension's size (:func:`dimension_size`, when known) and its shares are positive and sum to 1.
         """
+        if self.bucket_bytes is not None and self.bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be positive (or None), got {self.bucket_bytes}")
         known = set(self.devices.names) | {d.name for d in self.devices.all_devices}
         missing = [op for op in graph if op not in self.splits]
         if missing:
@@ -164,6 +169,7 @@ class SplitPlan:
             "bytes_moved": self.bytes_moved,
             "search_seconds": self.search_seconds,
             "batch_size": self.batch_size,
+            "bucket_bytes": self.bucket_bytes,
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -188,6 +194,7 @@ class SplitPlan:
             bytes_moved=int(document.get("bytes_moved", 0)),
             search_seconds=float(document.get("search_seconds", 0.0)),
             batch_size=document.get("batch_size"),
+            bucket_bytes=document.get("bucket_bytes"),
         )
 
     @classmethod
