@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DT_INT32", "NodeBuilder"]
+__all__ = ["DT_BOOL", "DT_INT32", "NodeBuilder"]
 
-DT_INT32 = 3
-"""TensorFlow's ``DataType`` enum value of ``int32`` (index and shape constants)."""
+DT_INT32, DT_BOOL = 3, 10
+"""TensorFlow's ``DataType`` enum values of ``int32`` (index and shape constants) and ``bool``."""
 
 
 class NodeBuilder:

@@ -22,11 +22,11 @@ table (ids offset and masked).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from tfplace.tf_graph.split_nodes import DT_INT32
+from tfplace.tf_graph.split_nodes import DT_BOOL, DT_INT32
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
     avg_pool_divisor_factor,
@@ -35,8 +35,22 @@ from tfplace.tf_graph.split_windows import (
     window,
 )
 
-if TYPE_CHECKING:
-    from tfplace.tf_graph.split_rewriter import Rewriter
+
+class Rewriter(Protocol):
+    """What piece builders use of the rewriter: its node building
+    (:class:`~tfplace.tf_graph.split_nodes.NodeBuilder`) and the tensors of the original graph as
+    it holds them."""
+
+    cache: dict[tuple[Any, ...], str]
+
+    def region(self, tensor: Any, axis: int, lo: int, hi: int, device: str) -> str: ...
+    def whole(self, tensor: Any, device: str) -> str: ...
+    def node(self, op_type: str, name: str, inputs: Any, device: str, **attrs: Any) -> str: ...
+    def const(self, value: Any, device: str, name: str) -> str: ...
+    def pad(self, tensor: str, paddings: Any, value: Any, device: str, name: str) -> str: ...
+    def slice(self, tensor: str, rank: int, axis: int, lo: int, hi: int, dtype: int, device: str) -> str: ...
+    def dtype(self, dtype: int) -> Any: ...
+
 
 __all__ = ["finish_piece", "gather_shard_ids", "spatial_inputs"]
 
@@ -53,49 +67,67 @@ def _explicit(node: Any, paddings: list[list[int]]) -> None:
     )
 
 
-def _whole_padding(op: Any, axis: int, paddings: list[list[int]]) -> None:
-    """The whole op's padding along the spatial axis other than ``axis``."""
-    other = 3 - axis
-    geometry = window(op, other)
-    paddings[other] = [geometry.before, geometry.after]
+def _padded_valid(op: Any) -> bool:
+    """Whether the piece pads explicitly with zeros and runs ``VALID``: TensorFlow's CPU kernels of the
+    convolution gradients take no explicit padding with dilations above 1."""
+    if op.type not in _CONVOLUTIONS - {"Conv2D"}:
+        return False
+    return any(int(d) > 1 for d in op.get_attr("dilations"))
+
+
+def _zero(tensor: Any) -> Any:
+    return np.asarray(0, tensor.dtype.as_numpy_dtype)
+
+
+def _piece_paddings(op: Any, axis: int, lo: int, hi: int) -> list[list[int]]:
+    """Per NHWC axis, the padding (before, after) of the piece computing rows ``lo:hi`` along ``axis``:
+    its own along ``axis``, the whole op's along the other spatial axis."""
+    paddings = [[0, 0], [0, 0], [0, 0], [0, 0]]
+    other = window(op, 3 - axis)
+    paddings[3 - axis] = [other.before, other.after]
+    geometry = window(op, axis)
+    if op.type in BACKWARD_INPUT:
+        rows = backward_rows(geometry, lo, hi)
+        assert rows is not None
+        paddings[axis] = list(rows.padding)
+    else:
+        paddings[axis] = list(forward_rows(geometry, lo, hi)[1])
+    return paddings
 
 
 def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
     """The inputs of ``node``, the piece of spatial op ``op`` computing rows ``lo:hi`` along ``axis``
     (module docstring); sets the piece's padding attributes."""
-    paddings = [[0, 0], [0, 0], [0, 0], [0, 0]]
-    _whole_padding(op, axis, paddings)
-    geometry = window(op, axis)
-    if op.type in BACKWARD_INPUT:
-        rows = backward_rows(geometry, lo, hi)
-        assert rows is not None  # refused otherwise
-        paddings[axis] = list(rows.padding)
+    paddings = _piece_paddings(op, axis, lo, hi)
+    padded_valid = _padded_valid(op)
+    if op.type in _CONVOLUTIONS and not padded_valid:
         _explicit(node, paddings)
+    else:
+        node.attr["padding"].s = b"VALID"
+    if op.type in BACKWARD_INPUT:
+        rows = backward_rows(window(op, axis), lo, hi)
+        assert rows is not None  # refused otherwise
         if op.type == "Conv2DBackpropInputV2":  # reads its input for the shape only: the piece's rows
             sizes = rw.region(op.inputs[0], axis, *rows.rows, device)
+            if padded_valid:
+                sizes = rw.pad(sizes, paddings, _zero(op.inputs[0]), device, f"{node.name}/padded_input")
         else:
             shape = list(op.outputs[0].shape.as_list())
             shape[axis] = rows.rows[1] - rows.rows[0]
+            if padded_valid:
+                shape = [size + sum(pair) for size, pair in zip(shape, paddings)]
             sizes = rw.const(np.asarray(shape, np.int32), device, f"{node.name}/input_sizes")
         return [sizes, rw.whole(op.inputs[1], device), rw.region(op.inputs[2], axis, *rows.gradient, device)]
-    rows, pads = forward_rows(geometry, lo, hi)
-    paddings[axis] = list(pads)
-    source = rw.region(op.inputs[0], axis, *rows, device)
+    rows, _ = forward_rows(window(op, axis), lo, hi)
+    inputs = [rw.region(op.inputs[0], axis, *rows, device)]
+    if (op.type not in _CONVOLUTIONS or padded_valid) and any(amount for pair in paddings for amount in pair):
+        fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
+        inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
     if op.type in _CONVOLUTIONS:
-        _explicit(node, paddings)
-        inputs = [source, rw.whole(op.inputs[1], device)]
-        if op.type == "Conv2DBackpropFilter":
-            inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
-        return inputs
-    node.attr["padding"].s = b"VALID"
-    if not any(amount for pair in paddings for amount in pair):
-        return [source]
-    fill = -np.inf if op.type == "MaxPool" else 0
-    return [
-        rw.pad(
-            source, paddings, np.asarray(fill, op.inputs[0].dtype.as_numpy_dtype), device, f"{node.name}/pad"
-        )
-    ]
+        inputs.append(rw.whole(op.inputs[1], device))
+    if op.type == "Conv2DBackpropFilter":
+        inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
+    return inputs
 
 
 def gather_shard_ids(rw: Rewriter, ids: str, tensor: Any, lo: int, hi: int, device: str, name: str) -> str:
@@ -141,7 +173,7 @@ def _gather_mask(rw: Rewriter, op: Any, piece: str, device: str) -> str:
         f"{piece}/held_rows",
         [held, rw.const(shape, device, f"{piece}/mask_shape")],
         device,
-        T=rw.dtype(10),  # DT_BOOL
+        T=rw.dtype(DT_BOOL),
         Tshape=rw.dtype(DT_INT32),
     )
     out_type = rw.dtype(op.outputs[0].dtype.as_datatype_enum)
@@ -172,13 +204,19 @@ def finish_piece(
     if op.type in BACKWARD_INPUT and axis is not None:
         rows = backward_rows(window(op, axis), lo, hi)
         assert rows is not None
+        paddings = _piece_paddings(op, axis, lo, hi)
+        output = op.outputs[0]
+        if _padded_valid(op) and any(sum(pair) for pair in paddings):  # crop the padding off
+            dtype, shape = output.dtype.as_datatype_enum, output.shape.as_list()
+            shape[axis] = rows.rows[1] - rows.rows[0]
+            for spatial in (1, 2):
+                before = paddings[spatial][0]
+                piece = rw.slice(piece, 4, spatial, before, before + shape[spatial], dtype, device)
         if not any(rows.zeros):
             return piece
-        paddings = [[0, 0]] * 4
-        paddings[axis] = list(rows.zeros)
-        return rw.pad(
-            piece, paddings, np.asarray(0, op.outputs[0].dtype.as_numpy_dtype), device, f"{piece}/unread_rows"
-        )
+        zeros = [[0, 0]] * 4
+        zeros[axis] = list(rows.zeros)
+        return rw.pad(piece, zeros, _zero(output), device, f"{piece.partition(':')[0]}/unread_rows")
     if op.type == "GatherV2" and dimension == REDUCTION:
         return _gather_mask(rw, op, piece, device)
     return piece
