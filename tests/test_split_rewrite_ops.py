@@ -183,3 +183,58 @@ def test_an_op_inside_a_legacy_while_loop_is_refused_naming_its_frame() -> None:
     ) as refused:
         apply_split_plan(plan, graph)
     assert "\n" not in str(refused.value)
+
+
+def _with_v1_input_gradients(graph_def: Any) -> tf.Graph:
+    """``graph_def`` with every ``Conv2DBackpropInputV2`` computed by ``Conv2DBackpropInput`` of its
+    input's ``Shape``: what V2 computes, on a kernel this TensorFlow build registers."""
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    for node in list(copy.node):
+        if node.op == "Conv2DBackpropInputV2":
+            shape = copy.node.add(name=f"{node.name}/input_shape", op="Shape", device=node.device)
+            shape.input.append(node.input[0])
+            shape.attr["T"].type, shape.attr["out_type"].type = node.attr["T"].type, tf.int32.as_datatype_enum
+            node.op, node.input[0] = "Conv2DBackpropInput", shape.name
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(copy, name="")
+    return graph
+
+
+@pytest.mark.parametrize("dimension", ["batch", HEIGHT, WIDTH, CHANNEL])
+def test_conv2d_backprop_input_v2_pieces_read_their_own_rows_of_the_input_for_its_shape(
+    dimension: str,
+) -> None:
+    # TensorFlow 2.21 registers no kernel for Conv2DBackpropInputV2 on any device: the pieces are
+    # checked by running both graphs with V2 computed as V1 of the input's shape.
+    tf.compat.v1.disable_eager_execution()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 11, 10, 3], name="x")
+        dy = tf.compat.v1.placeholder(tf.float32, [2, 6, 5, 4], name="dy")
+        x_pieces = tf.identity(x, name="x_pieces")
+        tf.raw_ops.Conv2DBackpropInputV2(
+            input=x_pieces,
+            filter=_weight("w1", [3, 3, 3, 4]),
+            out_backprop=dy,
+            strides=[1, 2, 2, 1],
+            padding="SAME",
+            name="dx",
+        )
+    plan = uniform_plan(graph, THREE_CPUS[:2], dimension, ops={"dx": dimension, "x_pieces": "batch"})
+    assert plan.splits["dx"].dimension == dimension
+    rewrite = rewrite_graph_def(plan, graph)
+    pieces = [node for node in rewrite.graph_def.node if node.name.startswith("dx/piece")]
+    assert [node.op for node in pieces] == ["Conv2DBackpropInputV2"] * 2
+    rng = np.random.default_rng(9)
+    feeds = {"x:0": rng.standard_normal((2, 11, 10, 3)), "dy:0": rng.standard_normal((2, 6, 5, 4))}
+    values = []
+    for graph_def in (graph.as_graph_def(), rewrite.graph_def):
+        with tf.compat.v1.Session(
+            graph=_with_v1_input_gradients(graph_def), config=virtual_cpu_config(2)
+        ) as session:
+            values.append(session.run("dx:0", feeds))
+    np.testing.assert_allclose(
+        values[1], values[0], rtol=0, atol=TOLERANCE * max(1.0, np.abs(values[0]).max())
+    )
