@@ -118,8 +118,8 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
                 shape = [size + sum(pair) for size, pair in zip(shape, paddings)]
             sizes = rw.const(np.asarray(shape, np.int32), device, f"{node.name}/input_sizes")
         return [sizes, rw.whole(op.inputs[1], device), rw.region(op.inputs[2], axis, *rows.gradient, device)]
-    rows, _ = forward_rows(window(op, axis), lo, hi)
-    inputs = [rw.region(op.inputs[0], axis, *rows, device)]
+    (first, last), _ = forward_rows(window(op, axis), lo, hi)
+    inputs = [rw.region(op.inputs[0], axis, first, last, device)]
     if (op.type not in _CONVOLUTIONS or padded_valid) and any(amount for pair in paddings for amount in pair):
         fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
         inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
