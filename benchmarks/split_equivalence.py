@@ -2,7 +2,8 @@
 
 Inference: tf_keras ResNet50, MobileNetV2 and InceptionV3 (``weights=None``, small images) in graph
 mode, forward only, split by forced plans (every op the rewrite can split along the batch; every
-convolution on its output channels; every convolution and pooling along the height, with halos) on
+convolution on its output channels, every depthwise one on its channels; every convolution and
+pooling along the height, with halos, SAME average pooling included) on
 virtual CPUs. Training: the benchmark models (small variants) and the saved test graphs, split
 along the batch (weight gradients summed by AddN before the update), 20 steps, on virtual CPUs and
 on two loopback workers. Each row prints the largest deviation (relative to the value's scale) of
@@ -37,14 +38,17 @@ TOLERANCE = 1e-4
 """Largest deviation accepted, relative to the larger of 1 and the value's largest magnitude."""
 
 FLOOR_ORDERS = 23
-"""Orders of the batch the reordering floor samples: every order of a batch of 4 but the given one."""
+"""Orders of the batch the reordering floor samples by default: every order of a batch of 4 but
+the given one (``--floor_orders``)."""
 
 APPLICATIONS = {"ResNet50": 32, "MobileNetV2": 32, "InceptionV3": 75}
 """tf_keras application -> the smallest image side it accepts."""
 
 FORCED = {
     "batch": lambda graph: None,
-    "channel": lambda graph: {op.name: CHANNEL for op in graph.get_operations() if op.type == "Conv2D"},
+    "channel": lambda graph: {
+        op.name: CHANNEL for op in graph.get_operations() if op.type in ("Conv2D", "DepthwiseConv2dNative")
+    },
     "height": lambda graph: {
         op.name: HEIGHT for op in graph.get_operations() if op.type in ("Conv2D", "MaxPool", "AvgPool")
     },
@@ -157,13 +161,13 @@ def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], i
     return cases
 
 
-def training(steps: int, cluster: bool, cases: list[str] | None) -> bool:
+def training(steps: int, cluster: bool, cases: list[str] | None, floor_orders: int) -> bool:
     ok = True
     for label, graph, fetches, feeds, batch in training_cases():
         if cases and label not in cases:
             continue
         try:
-            ok &= train_case(label, graph, fetches, feeds, batch, steps, cluster)
+            ok &= train_case(label, graph, fetches, feeds, batch, steps, cluster, floor_orders)
         except Exception as error:  # one failing graph does not hide the others' rows
             print(f"{label} training: FAIL {type(error).__name__}: {str(error).splitlines()[0]}", flush=True)
             ok = False
@@ -171,7 +175,14 @@ def training(steps: int, cluster: bool, cases: list[str] | None) -> bool:
 
 
 def train_case(
-    label: str, graph: Any, fetches: list[str], feeds: Any, batch: int, steps: int, cluster: bool
+    label: str,
+    graph: Any,
+    fetches: list[str],
+    feeds: Any,
+    batch: int,
+    steps: int,
+    cluster: bool,
+    floor_orders: int,
 ) -> bool:
     """Train ``graph`` and its batch split over two devices ``steps`` steps; print the row."""
     started = time.perf_counter()
@@ -182,7 +193,7 @@ def train_case(
         floor = None
         if check.max_deviation > TOLERANCE:
             floor = reordering_floor(
-                graph, fetches, feeds, steps=steps, batch_size=batch, config=config, orders=FLOOR_ORDERS
+                graph, fetches, feeds, steps=steps, batch_size=batch, config=config, orders=floor_orders
             )
         return report(f"{label} training, batch x2 CPUs", check, time.perf_counter() - started, floor)
     with LocalCluster(2) as workers:
@@ -200,7 +211,7 @@ def train_case(
                 batch_size=batch,
                 config=None,
                 target=workers.target,
-                orders=FLOOR_ORDERS,
+                orders=floor_orders,
             )
     return report(f"{label} training, batch x2 workers", check, time.perf_counter() - started, floor)
 
@@ -213,15 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--cases", nargs="+", help="train only these graphs (e.g. transformer)")
+    parser.add_argument(
+        "--floor_orders", type=int, default=FLOOR_ORDERS, help="orders of the batch per floor"
+    )
     args = parser.parse_args(argv)
     everything = not (args.inference or args.training)
     ok = True
     if args.inference or everything:
         ok &= inference(args.devices)
     if args.training or everything:
-        ok &= training(args.steps, cluster=False, cases=args.cases)
+        ok &= training(args.steps, cluster=False, cases=args.cases, floor_orders=args.floor_orders)
         if args.cluster or everything:
-            ok &= training(args.steps, cluster=True, cases=args.cases)
+            ok &= training(args.steps, cluster=True, cases=args.cases, floor_orders=args.floor_orders)
     print(
         f"tolerance {TOLERANCE:g} (relative to max(1, |value|)): {'all within' if ok else 'SOME ROWS FAIL'}"
     )

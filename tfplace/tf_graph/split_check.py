@@ -212,5 +212,5 @@ def reordering_floor(
         for name, value in deviations.items():
             floor[name] = max(floor.get(name, 0.0), value)
             if value >= worst:
-                worst, where = value, f"{name} (order {list(order)})"
+                worst, where = value, f"{name} (order {[int(i) for i in order]})"
     return ReorderingFloor(worst, where, floor, len(permutations))
