@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfplace.split.plan import OpSplit, SplitPlan
-from tfplace.split.rules import HEIGHT, REDUCTION, SplitRule
+from tfplace.split.rules import HEIGHT, REDUCTION, SHAPE_OPS, SplitRule
 from tfplace.tf_graph.split_layouts import (
     axis_of,
     dimension,
@@ -250,6 +250,10 @@ class Rewriter(NodeBuilder):
         return self.result.pieces.get(op.name, (op.name,))
 
     def whole_op(self, op: Any, device: str) -> None:
+        pieces_only = any(self.value(t).whole is None for t in op.inputs)
+        if op.type in SHAPE_OPS and pieces_only and all(t.shape.is_fully_defined() for t in op.inputs):
+            self._static_shapes(op, device)
+            return
         node = type(op.node_def)()
         node.CopyFrom(op.node_def)
         node.device = device
@@ -258,6 +262,28 @@ class Rewriter(NodeBuilder):
         for control in op.control_inputs:
             node.input.extend(f"^{name}" for name in self.control_names(control))
         self.emit(node)
+
+    def _static_shapes(self, op: Any, device: str) -> None:
+        """``op`` (``Shape``, ``ShapeN``, ``Size``, ``Rank``) of tensors held in pieces, as constants
+        under its name: their static shapes are the whole tensors', so no join is made to read them."""
+        from tensorflow.core.framework import attr_value_pb2
+
+        values = []
+        for tensor, out in zip(op.inputs if op.type == "ShapeN" else op.inputs[:1], op.outputs):
+            shape = tensor.shape.as_list()
+            value = {"Size": int(np.prod(shape)), "Rank": len(shape)}.get(op.type, shape)
+            values.append(np.asarray(value, out.dtype.as_numpy_dtype))
+        controls = [f"^{name}" for control in op.control_inputs for name in self.control_names(control)]
+        self.names.discard(op.name)
+        consts = []
+        for index, value in enumerate(values):
+            consts.append(
+                self.const(value, device, op.name if op.type != "ShapeN" else f"{op.name}/static{index}")
+            )
+            self.out.node[-1].input.extend(controls)
+        if op.type == "ShapeN":
+            types = attr_value_pb2.AttrValue.ListValue(type=[t.dtype.as_datatype_enum for t in op.outputs])
+            self.node("IdentityN", op.name, consts, device, T=attr_value_pb2.AttrValue(list=types))
 
     def named_join(self, op: Any, device: str) -> None:
         """The original op's name over the joined outputs, so that fetches by name keep working."""
