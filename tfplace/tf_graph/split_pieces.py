@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tfplace.split.rules import HEIGHT, REDUCTION, WIDTH
 from tfplace.tf_graph.split_nodes import DT_BOOL, DT_INT32
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
@@ -34,6 +35,8 @@ from tfplace.tf_graph.split_windows import (
     forward_rows,
     window,
 )
+
+__all__ = ["Rewriter", "finish_piece", "gather_shard_ids", "spatial_inputs"]
 
 
 class Rewriter(Protocol):
@@ -51,8 +54,6 @@ class Rewriter(Protocol):
     def slice(self, tensor: str, rank: int, axis: int, lo: int, hi: int, dtype: int, device: str) -> str: ...
     def dtype(self, dtype: int) -> Any: ...
 
-
-__all__ = ["finish_piece", "gather_shard_ids", "spatial_inputs"]
 
 _CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropFilter", *BACKWARD_INPUT})
 
@@ -186,8 +187,6 @@ def finish_piece(
 ) -> str:
     """The tensor standing for output 0 of ``piece``: the piece itself, or what corrects it into its
     part of the whole op's output (module docstring)."""
-    from tfplace.split.rules import HEIGHT, REDUCTION, WIDTH
-
     axis = {HEIGHT: 1, WIDTH: 2}.get(dimension or "")
     if op.type == "AvgPool" and axis is not None:
         factor = avg_pool_divisor_factor(op, axis, lo, hi)
