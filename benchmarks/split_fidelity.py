@@ -56,7 +56,15 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     knobs, batch = MODEL_SIZES[name]
     spec = build_model(name, **knobs)
     wait_for_quiet()
-    estimate = estimate_costs(spec.graph, spec.train_op, spec.feed_fn, batch, profile_batch_sizes=[batch])
+    estimate = estimate_costs(  # profiled now (no cache): at the load the runs will see
+        spec.graph,
+        spec.train_op,
+        spec.feed_fn,
+        batch,
+        profile_batch_sizes=[batch],
+        init_op=spec.init_op,
+        cache_dir=FLAGS.cache_dir,
+    )
     cost_graph = estimate.cost_graph
     annotate_split_fields(cost_graph, static_graph(spec.graph, batch))  # the attributes the rewrite sees
     cost_graph.set_transfer_model(devices.typical_link)
