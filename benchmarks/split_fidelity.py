@@ -56,7 +56,15 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     knobs, batch = MODEL_SIZES[name]
     spec = build_model(name, **knobs)
     wait_for_quiet()
-    estimate = estimate_costs(spec.graph, spec.train_op, spec.feed_fn, batch, profile_batch_sizes=[batch])
+    estimate = estimate_costs(  # profiled now (no cache): at the load the runs will see
+        spec.graph,
+        spec.train_op,
+        spec.feed_fn,
+        batch,
+        profile_batch_sizes=[batch],
+        init_op=spec.init_op,
+        cache_dir=FLAGS.cache_dir,
+    )
     cost_graph = estimate.cost_graph
     annotate_split_fields(cost_graph, static_graph(spec.graph, batch))  # the attributes the rewrite sees
     cost_graph.set_transfer_model(devices.typical_link)
@@ -66,6 +74,7 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
         in_step = SplitPlan({op: plan.splits[op] for op in cost_graph}, devices, batch_size=batch)
         result, _ = simulate_plan(cost_graph, in_step)
         rows[plan_name] = {
+            "result": result,
             "model": name,
             "placement": plan_name,
             "simulated_s": result.makespan,
@@ -78,6 +87,7 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
         for row in rows.values():
             report = run_once(spec, batch, row["plan"].to_placement(), cluster, None, row["loads"])
             row["runs"].append(report.mean_step_time)
+            row["report"] = report
     for row in rows.values():
         row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
         row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
@@ -110,6 +120,33 @@ def main(argv: Sequence[str]) -> None:
     for row in rows:
         runs = " ".join(f"{m:.4f}" for m in row["runs"])
         print(f"{row['model']},{row['placement']},{row['pieces']},{runs},{'; '.join(row['loads'])}")
+    print(
+        "model,plan: per worker, simulated / traced busy seconds of the last run's traced step; tensors received"
+    )
+    for row in rows:
+        print(f"{row['model']},{row['placement']}: {explain(row['result'], row['report'], devices)}")
+
+
+def explain(result: Any, report: Any, devices: Any) -> str:
+    """Per worker, simulated against traced busy seconds (every node the worker ran but the RPCs
+    that received tensors), and simulated against traced tensors received."""
+    from tfplace.core.devices import DeviceName
+    from tfplace.tf_graph.step_stats import node_compute_time
+
+    busy: dict[int, float] = {}
+    received = 0
+    for dev_stats in report.run_metadata[-1].step_stats.dev_stats:
+        task = DeviceName.parse(dev_stats.device).task
+        for node in dev_stats.node_stats:
+            if node.node_name == "RecvTensor" or " = _Recv(" in node.timeline_label:
+                received += 1
+            else:
+                busy[task] = busy.get(task, 0.0) + node_compute_time(node)
+    per_worker = " ".join(
+        f"task{device.spec.task} {result.busy_time[d]:.4f}/{busy.get(device.spec.task, 0.0):.4f}"
+        for d, device in enumerate(devices.devices)
+    )
+    return f"busy {per_worker}; tensors received {result.transfers}/{received}"
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ above that floor at step 1, where no optimizer has amplified anything yet.
 Per model: at step 1 (before any update) the largest deviation over every float gradient tensor
 (every output of an op under ``gradients/``), split and control side by side; then, per step of
 training, the loss deviation of split and control, and after the last step the largest deviation
-of any weight (and where).
+of any weight (and where). With ``--orders``, each weight's split deviation against its own floor:
+its largest deviation when the unsplit graph is fed its batch in that many other orders.
 
     .venv/bin/python benchmarks/split_noise_floor.py [--models inception_v3 transformer] [--steps 20]
+        [--orders 23]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tensorflow as tf
 
 from tfplace.split.rules import BATCH
 from tfplace.tf_graph.session import default_initializers, virtual_cpu_config
-from tfplace.tf_graph.split_check import deviation
+from tfplace.tf_graph.split_check import deviation, reordering_floor
 from tfplace.tf_graph.split_rewrite import split_graph, uniform_plan
 
 BATCH_SIZE = 4
@@ -90,7 +92,7 @@ def train(
     return start, probed, losses, final
 
 
-def investigate(model: str, steps: int) -> None:
+def investigate(model: str, steps: int, orders: int) -> None:
     from helpers import SMALL_MODELS
     from models import build_model
 
@@ -140,16 +142,46 @@ def investigate(model: str, steps: int) -> None:
             (deviation(a, b), v.name) for v, a, b in zip(variables(spec.graph), base_final, final)
         )
         print(f"   after step {steps}: {label:<8} largest weight deviation {worst:9.2e} ({where})")
+    if orders:
+        weight_floors(spec, feeds, steps, orders, base_final, split_final)
+
+
+def weight_floors(spec: Any, feeds: dict, steps: int, orders: int, base: list, split: list) -> None:
+    """Per weight, the split's deviation against that weight's floor: its largest deviation when
+    the unsplit graph is fed its batch in each of ``orders`` other orders (all 23 at batch 4)."""
+    floor = reordering_floor(
+        spec.graph,
+        [spec.loss, spec.train_op],
+        feeds,
+        steps=steps,
+        batch_size=BATCH_SIZE,
+        config=virtual_cpu_config(2),
+        orders=orders,
+    )
+    rows = []
+    for v, a, b in zip(variables(spec.graph), base, split):
+        rows.append((deviation(a, b), floor.per_value[f"{v.name} after step {steps}"], v.name))
+    beyond = [row for row in rows if row[0] > row[1]]
+    print(
+        f"== floor per weight over the {floor.orders} other orders of the batch: largest {floor.max_deviation:.2e} "
+        f"({floor.worst}); weights beyond their own floor {len(beyond)} of {len(rows)}"
+        + (f", the largest {max(beyond)[0]:.2e} ({max(beyond)[2]})" if beyond else "")
+    )
+    for split_deviation, own_floor, name in sorted(rows, reverse=True)[:8]:
+        print(f"   {name:<60} split {split_deviation:9.2e}  floor {own_floor:9.2e}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["inception_v3", "transformer"])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--orders", type=int, default=0, help="also each weight's floor over this many orders"
+    )
     args = parser.parse_args(argv)
     tf.compat.v1.disable_eager_execution()
     for model in args.models:
-        investigate(model, args.steps)
+        investigate(model, args.steps, args.orders)
     return 0
 
 

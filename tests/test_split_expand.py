@@ -72,10 +72,15 @@ def test_a_tensor_sliced_along_another_axis_moves_the_overlaps_of_the_slices():
     plan.splits["dw"] = OpSplit(NAMES, "height")
     expanded = expand_plan(graph, plan)
     # relu_grad is sliced along the batch, dw reads it along the height: every piece reads a quarter
-    # of the other piece's slice.
+    # of the other piece's slice, joined with its own quarter by a ConcatV2 on its device.
+    (join,) = [
+        n for n in expanded.graph.predecessors("dw#p1") if expanded.graph.nodes[n]["op_type"] == "ConcatV2"
+    ]
+    assert expanded.devices[join] == NAMES[1]
+    assert expanded.graph.nodes[join]["output_sizes"] == (4000,)
     sizes = sorted(
         expanded.graph.nodes[n]["output_sizes"][0]
-        for n in expanded.graph.predecessors("dw#p1")
+        for n in [*expanded.graph.predecessors("dw#p1"), *expanded.graph.predecessors(join)]
         if expanded.graph.nodes[n]["op_type"] == "Slice"
     )
     # a quarter of the other piece's ReluGrad; half the whole images plus a halo row on each side

@@ -291,3 +291,21 @@ def test_a_depthwise_convolution_trains_split_on_the_batch_with_its_gradients() 
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
     assert check.max_deviation < TOLERANCE, check.worst
     assert check.pieces_run >= 6 and not check.misplaced
+
+
+def test_a_shape_of_a_tensor_held_in_pieces_is_its_static_shape_not_a_join() -> None:
+    graph, feeds = small_training_graph()
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    rewrite = rewrite_graph_def(plan, graph)
+    nodes = {node.name: node for node in rewrite.graph_def.node}
+    shapes = [
+        op.name
+        for op in graph.get_operations()
+        if op.type in ("Shape", "ShapeN") and any(plan.splits[t.op.name].degree > 1 for t in op.inputs)
+    ]
+    assert shapes
+    for name in shapes:
+        inputs = [i.partition(":")[0] for i in nodes[name].input] if nodes[name].op == "IdentityN" else [name]
+        assert {nodes[i].op for i in inputs} == {"Const"}
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=2, config=virtual_cpu_config(2))
+    assert check.max_deviation < TOLERANCE, check.worst

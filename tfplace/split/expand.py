@@ -13,7 +13,9 @@
   - a slice of a whole (or replicated) tensor, an overlap of two different slicings, or a halo (one
     row of each neighbouring slice, :data:`HALO_ROWS`: 3x3 windows) is cut by a ``Slice`` node on
     the sender's device and sent as its own tensor;
-  - a whole tensor made of slices is gathered: every slice is sent to the reader;
+  - a whole tensor made of slices is gathered: every slice is sent to the reader, where a
+    ``ConcatV2`` joins them (as it joins a range read from several pieces, or a piece and its
+    halos), once per device and range;
   - a piece that reads a partial sum (a linear op on partial sums) takes the producer's piece of
     the same index straight on when both ops are on the same devices;
   - partial results are summed: by an ``AddN`` on the reader's device, or, when the readers are
@@ -21,6 +23,9 @@
     all-reduce of ``AllReduce`` nodes: a reduce-scatter (each device sums one ``1/k`` slice of
     everyone's pieces) and an all-gather, so each device sends ``2 (k - 1) / k`` of the tensor, as a
     ring all-reduce does, over the simulator's links;
+* the slices, joins and sums cost what copies cost on the graph's device
+  (:func:`tfplace.split.copy_costs.copy_cost`: a fixed cost per op and a cost per byte, fitted on
+  the profiled graph's own copies);
 * control dependencies join every node of the producer to every node of the consumer, except that
   replicas on the same devices are ordered device by device (each replica's variable update before
   that replica's read, as MirroredStrategy's replicas run); a shape op
@@ -41,14 +46,12 @@ import networkx as nx
 from tfplace.core.costgraph import CostGraph
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
-from tfplace.split.costs import PIECE_OVERHEAD, piece_time
+from tfplace.split.copy_costs import copy_cost
+from tfplace.split.costs import piece_time
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, SHAPE_OPS, Layout
 
-__all__ = ["COPY_SECONDS_PER_BYTE", "HALO_ROWS", "ExpandedPlan", "expand_plan", "simulate_plan"]
-
-COPY_SECONDS_PER_BYTE = 2 / 900e9
-"""Seconds a ``Slice`` or a sum takes per byte it writes: a read and a write at a V100's 900 GB/s."""
+__all__ = ["HALO_ROWS", "ExpandedPlan", "expand_plan", "simulate_plan"]
 
 HALO_ROWS = 1
 """Rows a spatial piece reads from each neighbouring slice: the overlap of a 3x3 window at stride 1."""
@@ -111,6 +114,7 @@ class _Expander:
         self.made: dict[tuple[Any, ...], str] = {}
         self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
+        self.copy = copy_cost(graph)
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -188,7 +192,7 @@ class _Expander:
             name,
             device,
             op_type=op_type,
-            compute_time=PIECE_OVERHEAD + COPY_SECONDS_PER_BYTE * nbytes,
+            compute_time=self.copy.seconds(nbytes),
             output_sizes=(nbytes,),
         )
         self.made[key] = name
@@ -255,9 +259,10 @@ class _Expander:
             sources = [s for s in sources if s.device == target.device][:1] or sources[:1]
         size = self._size(sources[0].node if written == REPLICATED else u, slot)
         if layout == REPLICATED:
-            for source in sources:
-                self.out.add_dependency(source.node, target.node, slots=(slot,))
+            whole = [(s.node, slot, self._size(s.node, slot)) for s in sources]
+            self._join(u, slot, target, layout, whole)
             return
+        arrivals: list[tuple[str, int, int]] = []
         for source in sources:
             if written == REPLICATED:
                 overlap = target.hi - target.lo
@@ -267,7 +272,7 @@ class _Expander:
                 overlap = (source.hi - source.lo) * (target.hi - target.lo)
             whole_piece = written != REPLICATED and abs(overlap - (source.hi - source.lo)) < 1e-9
             if overlap > 0 and (source.device == target.device or whole_piece):
-                self.out.add_dependency(source.node, target.node, slots=(slot,))
+                arrivals.append((source.node, slot, round(size * overlap)))
             elif overlap > 0:
                 halo_rows = (
                     2 * self._halo_bytes(u, slot, layout)
@@ -275,23 +280,49 @@ class _Expander:
                     else 0
                 )
                 nbytes = round(size * overlap) + halo_rows
-                self._send_slice(source, slot, target, nbytes, (layout.axis, target.lo, target.hi))
+                what = (layout.axis, target.lo, target.hi)
+                arrivals.append((self._send_slice(source, slot, target, nbytes, what), 0, nbytes))
             if layout.kind == "halo" and written.kind == "sharded" and written.axis == layout.axis:
                 adjacent = abs(source.hi - target.lo) < 1e-9 or abs(source.lo - target.hi) < 1e-9
                 if adjacent and source.device != target.device:
-                    self._send_slice(
-                        source, slot, target, self._halo_bytes(u, slot, layout), ("halo", target.lo)
-                    )
+                    nbytes = self._halo_bytes(u, slot, layout)
+                    halo = self._send_slice(source, slot, target, nbytes, ("halo", target.lo))
+                    arrivals.append((halo, 0, nbytes))
+        self._join(u, slot, target, layout, arrivals)
+
+    def _join(
+        self, u: str, slot: int, target: _Piece, layout: Layout, arrivals: list[tuple[str, int, int]]
+    ) -> None:
+        """Feed ``target`` the parts ``(node, slot, bytes)`` of ``u``'s output ``slot`` it reads:
+        straight on when there is one, else through a ``ConcatV2`` on its device (the rewrite joins
+        them so), made once per device and range read."""
+        if len(arrivals) == 1:
+            node, part_slot, _ = arrivals[0]
+            self.out.add_dependency(node, target.node, slots=(part_slot,))
+            return
+        what = (str(layout),) if layout == REPLICATED else (str(layout), target.lo, target.hi)
+        name, new = self._helper(
+            ("join", u, slot, target.device, *what),
+            f"{u}:{slot}/concat{len(self.made)}",
+            target.device,
+            "ConcatV2",
+            sum(nbytes for *_, nbytes in arrivals),
+        )
+        if new:
+            for node, part_slot, _ in arrivals:
+                self.out.add_dependency(node, name, slots=(part_slot,))
+        self.out.add_dependency(name, target.node, slots=(0,))
 
     def _send_slice(
         self, source: _Piece, slot: int, target: _Piece, nbytes: int, what: tuple[Any, ...]
-    ) -> None:
+    ) -> str:
+        """A ``Slice`` of ``source``'s output ``slot`` on its device, for ``target``'s device."""
         key = ("slice", source.node, slot, target.device, *what)
         name, _ = self._helper(
             key, f"{source.node}:{slot}/slice{len(self.made)}", source.device, "Slice", nbytes
         )
         self.out.add_dependency(source.node, name, slots=(slot,))
-        self.out.add_dependency(name, target.node, slots=(0,))
+        return name
 
     def _summed(self, u: str, slot: int, target: _Piece, replicas: bool) -> _Piece:
         """The sum of ``u``'s partial slot ``slot`` on ``target``'s device: an all-reduce when the

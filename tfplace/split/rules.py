@@ -171,10 +171,30 @@ RULES: dict[str, dict[str, SplitRule]] = {
         CHANNEL: _rule((R, R, SL), (SL,), **_NHWC),
     },
     # Depthwise convolution (MobileNet) and its gradients: examples are independent; the filter's
-    # gradient sums the pieces' partial gradients.
-    "DepthwiseConv2dNative": {BATCH: _rule((S0, R), (S0,), **_NHWC)},
-    "DepthwiseConv2dNativeBackpropInput": {BATCH: _rule((R, R, S0), (S0,), **_NHWC)},
-    "DepthwiseConv2dNativeBackpropFilter": {BATCH: _rule((S0, R, S0), (P,), **_NHWC)},
+    # gradient sums the pieces' partial gradients. Each input channel is convolved alone, so a
+    # channel split gives a piece its input channels, their filters (HWCM: axis 2) and the
+    # multiplier's output channels of each (``c * multiplier + m``: a contiguous range).
+    "DepthwiseConv2dNative": {
+        BATCH: _rule((S0, R), (S0,), **_NHWC),
+        CHANNEL: _rule((SL, S2), (SL,), **_NHWC),
+    },
+    "DepthwiseConv2dNativeBackpropInput": {
+        BATCH: _rule((R, R, S0), (S0,), **_NHWC),
+        CHANNEL: _rule((R, S2, SL), (SL,), **_NHWC),
+    },
+    "DepthwiseConv2dNativeBackpropFilter": {
+        BATCH: _rule((S0, R, S0), (P,), **_NHWC),
+        CHANNEL: _rule((SL, R, SL), (S2,), **_NHWC),
+    },
+    # dx = conv_backprop_input_v2(x, w, dy) (TensorFlow 2.x): reads x for its shape only, so a piece
+    # reads its own rows of x (local where x was split alike), as the piece's shape.
+    "Conv2DBackpropInputV2": {
+        BATCH: _rule((S0, R, S0), (S0,), **_NHWC),
+        HEIGHT: _rule((S1, R, halo(1)), (S1,), **_NHWC),
+        WIDTH: _rule((S2, R, halo(2)), (S2,), **_NHWC),
+        CHANNEL: _rule((SL, S2, R), (SL,), **_NHWC),
+        REDUCTION: _rule((R, SL, SL), (P,), **_NHWC),
+    },
     # c = a @ b without transposes: rows are the batch, columns the out-features, k the reduction.
     "MatMul": {
         BATCH: _rule((S0, R), (S0,), **_ROWS_MAJOR),
@@ -250,7 +270,6 @@ for _type in _LINEAR_TYPES:
 RULES["BatchMatMulV3"] = RULES["BatchMatMul"] = RULES["BatchMatMulV2"]
 RULES["FusedBatchNorm"] = RULES["FusedBatchNormV3"]
 RULES["FusedBatchNormGrad"] = RULES["FusedBatchNormGradV3"]
-RULES["Conv2DBackpropInputV2"] = RULES["Conv2DBackpropInput"]
 
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 """Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in

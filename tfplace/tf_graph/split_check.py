@@ -9,6 +9,8 @@ Works in one process (virtual CPUs) and on a :class:`~tfplace.tf_graph.cluster.L
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,7 @@ from tfplace.tf_graph.importer import fetch_op_names, step_closure
 from tfplace.tf_graph.session import default_initializers, executed_devices
 from tfplace.tf_graph.split_rewrite import SplitRewrite, split_graph
 
-__all__ = ["SplitCheck", "compare_split", "deviation", "reordering_floor"]
+__all__ = ["ReorderingFloor", "SplitCheck", "batch_orders", "compare_split", "deviation", "reordering_floor"]
 
 
 @dataclass
@@ -40,6 +42,8 @@ class SplitCheck:
     step_deviations: list[float] = field(default_factory=list)
     """Per step, the largest deviation of a fetched value: how a float difference of the first
     steps grows (or not) over training."""
+    deviations: dict[str, float] = field(default_factory=dict)
+    """Every compared value (``"loss:0 at step 3"``, ``"w:0 after step 20"``) -> its deviation."""
 
 
 def deviation(expected: Any, actual: Any) -> float:
@@ -119,18 +123,63 @@ def compare_split(
     start, expected, final, _ = _run(graph, fetches, feeds, steps, config, target, None)
     rewritten, rewrite = split_graph(plan, graph, batch_size)
     _, actual, split_final, metadata = _run(rewritten, fetches, feeds, steps, config, target, start)
-    worst, where = 0.0, ""
-    per_step = []
-    for step, (want, got) in enumerate(zip(expected, actual)):
-        per_step.append(max((deviation(a, b) for a, b in zip(want, got) if a is not None), default=0.0))
-        for name, a, b in zip(fetches, want, got):
-            if a is not None and deviation(a, b) >= worst:
-                worst, where = deviation(a, b), f"{name} at step {step + 1}"
-    for variable, a, b in zip(_variables(graph), final, split_final):
-        if deviation(a, b) >= worst:
-            worst, where = deviation(a, b), f"{variable.name} after step {steps}"
+    deviations = _deviations(graph, fetches, expected, actual, final, split_final, scalars_only=False)
+    worst, where = max(((d, name) for name, d in deviations.items()), default=(0.0, ""))
+    per_step = [
+        max((deviation(a, b) for a, b in zip(want, got) if a is not None), default=0.0)
+        for want, got in zip(expected, actual)
+    ]
     run, in_step, misplaced = _placement_check(rewritten, rewrite, fetches, metadata)
-    return SplitCheck(worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected, per_step)
+    return SplitCheck(
+        worst, where, run, in_step, misplaced, dict(rewrite.kept_whole), expected, per_step, deviations
+    )
+
+
+def _deviations(
+    graph: Any,
+    fetches: Sequence[str],
+    expected: list[Any],
+    actual: list[Any],
+    final: list[Any],
+    other_final: list[Any],
+    *,
+    scalars_only: bool,
+) -> dict[str, float]:
+    """The deviation of every fetched value of every step and every variable after the last step."""
+    deviations = {}
+    for step, (want, got) in enumerate(zip(expected, actual)):
+        for name, a, b in zip(fetches, want, got):
+            if a is not None and not (scalars_only and np.ndim(a)):
+                deviations[f"{name} at step {step + 1}"] = deviation(a, b)
+    for variable, a, b in zip(_variables(graph), final, other_final):
+        deviations[f"{variable.name} after step {len(expected)}"] = deviation(a, b)
+    return deviations
+
+
+def batch_orders(batch_size: int, count: int, seed: int = 0) -> list[np.ndarray]:
+    """``count`` orders of ``batch_size`` examples other than the given one: every permutation when
+    there are at most ``count`` (23 at batch 4), else ``count`` drawn without repeats (seeded)."""
+    if math.factorial(batch_size) - 1 <= count:
+        return [np.asarray(p) for p in itertools.permutations(range(batch_size))][1:]
+    rng, seen, orders = np.random.default_rng(seed), {tuple(range(batch_size))}, []
+    while len(orders) < count:
+        order = rng.permutation(batch_size)
+        if tuple(order) not in seen:
+            seen.add(tuple(order))
+            orders.append(order)
+    return orders
+
+
+@dataclass
+class ReorderingFloor:
+    """How far the unsplit graph moves when fed its batch in other orders: per value (the keys of
+    :attr:`SplitCheck.deviations`; scalar fetches and variables) the largest deviation over every
+    order, and the largest of all (where)."""
+
+    max_deviation: float
+    worst: str
+    per_value: dict[str, float]
+    orders: int
 
 
 def reordering_floor(
@@ -142,27 +191,26 @@ def reordering_floor(
     batch_size: int,
     config: Any,
     target: str = "",
-    rotations: int = 3,
-) -> tuple[float, str]:
-    """The noise floor of summation order: the largest deviation (and where), over ``steps`` steps'
-    fetched values and the final weights, of the unsplit graph fed the same examples in another
-    order (every fed tensor leading with ``batch_size`` rows, rotated by 1, 2, ... ``rotations``
-    places: each rotation one sample of the noise) from the unsplit graph. Mathematically the same training (a mean over the batch and batch statistics ignore
-    the order); only the batch reductions sum in another order, as a batch split's joins do."""
+    orders: int = 23,
+) -> ReorderingFloor:
+    """The noise floor of summation order: the unsplit graph fed the same examples in other orders
+    (:func:`batch_orders`: every fed tensor leading with ``batch_size`` rows permuted alike),
+    compared with the unsplit graph over ``steps`` steps' scalar fetches and the final weights.
+    Mathematically the same training (a mean over the batch and batch statistics ignore the order);
+    only the batch reductions sum in another order, as a batch split's joins do."""
     start, expected, final, _ = _run(graph, fetches, feeds, steps, config, target, None)
+    floor: dict[str, float] = {}
     worst, where = 0.0, ""
-    for shift in range(1, min(batch_size, 1 + rotations)):
-        order = np.roll(np.arange(batch_size), shift)
+    permutations = batch_orders(batch_size, orders)
+    for order in permutations:
         reordered = {
             name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
             for name, value in feeds.items()
         }
         _, actual, other_final, _ = _run(graph, fetches, reordered, steps, config, target, start)
-        for step, (want, got) in enumerate(zip(expected, actual)):
-            for name, a, b in zip(fetches, want, got):
-                if a is not None and np.ndim(a) == 0 and deviation(a, b) >= worst:
-                    worst, where = deviation(a, b), f"{name} at step {step + 1} (rotated by {shift})"
-        for variable, a, b in zip(_variables(graph), final, other_final):
-            if deviation(a, b) >= worst:
-                worst, where = deviation(a, b), f"{variable.name} after step {steps} (rotated by {shift})"
-    return worst, where
+        deviations = _deviations(graph, fetches, expected, actual, final, other_final, scalars_only=True)
+        for name, value in deviations.items():
+            floor[name] = max(floor.get(name, 0.0), value)
+            if value >= worst:
+                worst, where = value, f"{name} (order {[int(i) for i in order]})"
+    return ReorderingFloor(worst, where, floor, len(permutations))
