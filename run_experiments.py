@@ -129,7 +129,7 @@ flags.DEFINE_list(
         "celeritas_paper",
         "dfs_topo",
         "single",
-        "auto",
+        "auto_whole_ops",
     ],
     "Placers compared (tfplace.placer.PLACERS, or a variant of experiments.comparison.PLACER_VARIANTS).",
 )

@@ -2,12 +2,13 @@
 
 Prints one JSON line per (placer, graph)::
 
-    {"placer", "graph", "ops", "edges", "seconds", "graph_rss_mb", "peak_rss_mb", "clusters", "load"}
+    {"placer", "graph", "ops", "edges", "seconds", "cpu_seconds", "graph_rss_mb", "peak_rss_mb", "clusters", "load"}
 
 ``seconds`` is :func:`tfplace.placer.place_cost_graph`'s ``placement_seconds`` with
 ``simulate=False``: indexing the graph and placing it (Celeritas Table 4 excludes profiling), not
-building or loading the graph. Each placement runs in a fresh subprocess so that its memory is its
-own: ``graph_rss_mb`` is the process's resident memory once the graph is built, ``peak_rss_mb`` its
+building or loading the graph; ``cpu_seconds`` is the CPU time of the same call (with the
+bookkeeping around it), the placer's own work on a machine loaded by others. Each placement runs
+in a fresh subprocess so that its memory is its own: ``graph_rss_mb`` is the process's resident memory once the graph is built, ``peak_rss_mb`` its
 peak after placing (the difference is the placer's). ``load`` is the 1-minute load average when the
 placement started: the machine is shared, so compare numbers measured side by side. A placer's own
 warning is added as ``warning`` (m-SCT placing as m-ETF because its LP was not solved in time).
@@ -29,6 +30,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 
 from absl import app, flags
 
@@ -69,7 +71,9 @@ def time_one(placer: str, graph_spec: str) -> dict[str, object]:
     devices = device_set(graph, FLAGS.num_devices, FLAGS.memory_headroom)
     graph_rss = rss_mb()
     load = os.getloadavg()[0]
+    cpu_start = time.process_time()
     placement = place_cost_graph(graph, devices, placer, simulate=False)
+    cpu_seconds = time.process_time() - cpu_start
     fallback = {"warning": placement.details["warning"]} if "warning" in placement.details else {}
     return {
         "placer": placer,
@@ -77,6 +81,7 @@ def time_one(placer: str, graph_spec: str) -> dict[str, object]:
         "ops": graph.number_of_nodes(),
         "edges": graph.number_of_edges(),
         "seconds": round(placement.placement_seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
         "graph_rss_mb": graph_rss,
         "peak_rss_mb": rss_mb(),
         "clusters": placement.details.get("clusters"),

@@ -31,12 +31,14 @@ FUSING_PLACERS = ("celeritas", "order_place")
 #: Named variants compared beside the registered placers: name -> (placer, options of
 #: :func:`~tfplace.placer.place_cost_graph`). ``celeritas_paper`` is Celeritas as the paper has it:
 #: the static memory sum (Eq. 6, Algorithm 2), no forward/backward co-placement, and Adjusting
-#: Placement's result whether or not Order-Place's schedule is shorter.
+#: Placement's result whether or not Order-Place's schedule is shorter. ``auto_whole_ops`` is ``auto``
+#: among placements of whole ops only (no split plans), what Celeritas competes with in Table 3.
 PLACER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "celeritas_paper": (
         "celeritas",
         {"memory_model": "static", "coplace_gradients": False, "order_place_guard": False},
     ),
+    "auto_whole_ops": ("auto", {"splits": False}),
 }
 
 

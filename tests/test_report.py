@@ -122,6 +122,15 @@ def test_auto_has_a_tfplace_auto_column_and_is_no_baseline_of_the_speed_up_colum
     assert ours[-1] == "+20.0% vs m-TOPO"
 
 
+def test_auto_among_whole_ops_is_labelled_so_and_points_to_the_split_plans_table():
+    runs = [run("m_topo", 3.0), run("celeritas", 2.4), run("auto_whole_ops", 2.2)]
+    table = step_time_table(runs)
+    assert table.columns[4] == "tfplace auto (whole ops)"
+    assert table.rows[0][-1] == "+20.0% vs m-TOPO"
+    assert "results/split_plans.md" in table.notes
+    assert "split_plans.md" not in step_time_table(runs[:2]).notes
+
+
 def test_nmt_while_is_compared_with_the_papers_nmt():
     table = step_time_table([run("metis", 1.0, model="nmt_while")])
     assert table.rows[1][:3] == ("nmt_while", "paper (measured)", "OOM")
