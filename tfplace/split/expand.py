@@ -63,7 +63,7 @@ class ExpandedPlan:
     nodes_of: dict[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
 class _Piece:
     node: str
     device: str
@@ -111,6 +111,7 @@ class _Expander:
         self.made: dict[tuple[Any, ...], str] = {}
         self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
+        self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -118,6 +119,7 @@ class _Expander:
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
+        self.out.add_dependencies(self.dependencies)
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
@@ -195,11 +197,23 @@ class _Expander:
         return name, True
 
     # -- edges -------------------------------------------------------------------------------
+    def _depend(
+        self,
+        src: str,
+        dst: str,
+        *,
+        slots: tuple[int, ...] = (),
+        nbytes: int | None = None,
+        control: bool = False,
+    ) -> None:
+        """An edge of the pieces, added with all the others at the end (:meth:`CostGraph.add_dependencies`)."""
+        self.dependencies.append((src, dst, slots, nbytes, control))
+
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
         if self.graph.nodes[v]["op_type"] in SHAPE_OPS:
             for dst in self.pieces[v]:
                 local = [p for p in self.pieces[u] if p.device == dst.device][:1] or self.pieces[u][:1]
-                self.out.add_dependency(local[0].node, dst.node, control=True)
+                self._depend(local[0].node, dst.node, control=True)
             return
         if edge["control"] or not edge["slots"]:
             by_device = (
@@ -211,9 +225,9 @@ class _Expander:
                     if by_device and src.device != dst.device:
                         continue  # each replica orders its own copy (an update before a read)
                     if edge["control"] or not edge["bytes"]:
-                        self.out.add_dependency(src.node, dst.node, control=True)
+                        self._depend(src.node, dst.node, control=True)
                     else:
-                        self.out.add_dependency(src.node, dst.node, nbytes=edge["bytes"])
+                        self._depend(src.node, dst.node, nbytes=edge["bytes"])
             return
         split = self.plan.splits[v]
         rule = self.rules[v]
@@ -241,7 +255,7 @@ class _Expander:
         if written == PARTIAL and layout == PARTIAL:
             index = self.pieces[self._op_of(target.node)].index(target)
             if self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
-                self.out.add_dependency(sources[index].node, target.node, slots=(slot,))
+                self._depend(sources[index].node, target.node, slots=(slot,))
                 return
         if layout == PARTIAL:  # a summand: the whole tensor for the first piece, zeros for the others
             index = self.pieces[self._op_of(target.node)].index(target)
@@ -256,7 +270,7 @@ class _Expander:
         size = self._size(sources[0].node if written == REPLICATED else u, slot)
         if layout == REPLICATED:
             for source in sources:
-                self.out.add_dependency(source.node, target.node, slots=(slot,))
+                self._depend(source.node, target.node, slots=(slot,))
             return
         for source in sources:
             if written == REPLICATED:
@@ -267,7 +281,7 @@ class _Expander:
                 overlap = (source.hi - source.lo) * (target.hi - target.lo)
             whole_piece = written != REPLICATED and abs(overlap - (source.hi - source.lo)) < 1e-9
             if overlap > 0 and (source.device == target.device or whole_piece):
-                self.out.add_dependency(source.node, target.node, slots=(slot,))
+                self._depend(source.node, target.node, slots=(slot,))
             elif overlap > 0:
                 halo_rows = (
                     2 * self._halo_bytes(u, slot, layout)
@@ -290,8 +304,8 @@ class _Expander:
         name, _ = self._helper(
             key, f"{source.node}:{slot}/slice{len(self.made)}", source.device, "Slice", nbytes
         )
-        self.out.add_dependency(source.node, name, slots=(slot,))
-        self.out.add_dependency(name, target.node, slots=(0,))
+        self._depend(source.node, name, slots=(slot,))
+        self._depend(name, target.node, slots=(0,))
 
     def _summed(self, u: str, slot: int, target: _Piece, replicas: bool) -> _Piece:
         """The sum of ``u``'s partial slot ``slot`` on ``target``'s device: an all-reduce when the
@@ -312,7 +326,7 @@ class _Expander:
         )
         if new:
             for piece in pieces:
-                self.out.add_dependency(piece.node, name, slots=(slot,))
+                self._depend(piece.node, name, slots=(slot,))
         return _Piece(name, target.device, 0.0, 1.0)
 
     def _all_reduced(self, u: str, slot: int, size: int, reader: str) -> list[_Piece]:
@@ -361,10 +375,10 @@ class _Expander:
                             "Slice",
                             part,
                         )
-                        self.out.add_dependency(sender, name, slots=(0,))
+                        self._depend(sender, name, slots=(0,))
                     for request in bucket:
                         piece = self.pieces[request.op][j]
-                        self.out.add_dependency(piece.node, sender, slots=(request.slot,))
+                        self._depend(piece.node, sender, slots=(request.slot,))
                 reduced.append(name)
             for i, owner in enumerate(devices):
                 results = [self.made[("allreduce", r.op, r.slot, i)] for r in bucket]
@@ -374,10 +388,10 @@ class _Expander:
                         ("gather", prefix, i), f"{prefix}/allreduce/{i}", owner, "AllReduce", total
                     )
                     for result in results:
-                        self.out.add_dependency(gathered, result, slots=(0,))
+                        self._depend(gathered, result, slots=(0,))
                         self.out.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
                 for part_node in reduced:
-                    self.out.add_dependency(part_node, gathered, slots=(0,))
+                    self._depend(part_node, gathered, slots=(0,))
 
     def _size(self, node: str, slot: int) -> int:
         sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]
