@@ -193,22 +193,20 @@ class CostGraph(nx.DiGraph):
         """Add (or overwrite the costs of) one operation."""
         self.add_node(
             name,
-            **op_attributes(
-                compute_time=compute_time,
-                persistent_bytes=persistent_bytes,
-                output_sizes=output_sizes,
-                temporary_bytes=temporary_bytes,
-                op_type=op_type,
-                colocation_group=colocation_group,
-                device_kinds=device_kinds,
-                flops=flops,
-                aliased_outputs=aliased_outputs,
-                attrs=attrs,
-                output_shapes=output_shapes,
-                inputs=inputs,
-                batch_costs=batch_costs,
-                gradient_of=gradient_of,
-            ),
+            compute_time=float(compute_time),
+            persistent_bytes=int(persistent_bytes),
+            output_sizes=tuple(int(s) for s in output_sizes),
+            temporary_bytes=int(temporary_bytes),
+            op_type=str(op_type),
+            colocation_group=colocation_group,
+            device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
+            flops=float(flops),
+            aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
+            attrs=None if attrs is None else dict(attrs),
+            output_shapes=None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
+            inputs=None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
+            batch_costs=None if batch_costs is None else dict(batch_costs),
+            gradient_of=gradient_of,
         )
 
     def add_dependency(
@@ -295,43 +293,6 @@ class CostGraph(nx.DiGraph):
             if forward is not None and (not isinstance(forward, str) or forward == name):
                 raise CostGraphError(f"op {name!r}: gradient_of must name another op, got {forward!r}")
         check_acyclic(self)
-
-
-def op_attributes(
-    *,
-    compute_time: float = 0.0,
-    persistent_bytes: int = 0,
-    output_sizes: Iterable[int] = (),
-    temporary_bytes: int = 0,
-    op_type: str = "",
-    colocation_group: str | None = None,
-    device_kinds: Iterable[str] | None = None,
-    flops: float = 0.0,
-    aliased_outputs: Iterable[AliasedOutput] = (),
-    attrs: Mapping[str, Any] | None = None,
-    output_shapes: Iterable[Iterable[int]] | None = None,
-    inputs: Iterable[tuple[str, int]] | None = None,
-    batch_costs: Mapping[str, Any] | None = None,
-    gradient_of: str | None = None,
-) -> dict[str, Any]:
-    """Every schema attribute of an op, normalized as :meth:`CostGraph.add_op` stores them (a graph
-    builder adding many ops alike normalizes the shared ones once and adds them with ``add_node``)."""
-    return dict(
-        compute_time=float(compute_time),
-        persistent_bytes=int(persistent_bytes),
-        output_sizes=tuple(int(s) for s in output_sizes),
-        temporary_bytes=int(temporary_bytes),
-        op_type=str(op_type),
-        colocation_group=colocation_group,
-        device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
-        flops=float(flops),
-        aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
-        attrs=None if attrs is None else dict(attrs),
-        output_shapes=None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
-        inputs=None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
-        batch_costs=None if batch_costs is None else dict(batch_costs),
-        gradient_of=gradient_of,
-    )
 
 
 def _merged_edge(

@@ -38,7 +38,7 @@ from typing import Any
 
 import networkx as nx
 
-from tfplace.core.costgraph import CostGraph, op_attributes
+from tfplace.core.costgraph import CostGraph
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.costs import PIECE_OVERHEAD, piece_time
@@ -130,52 +130,62 @@ class _Expander:
         self.out.add_op(name, **attrs)
         self.devices[name] = device
 
-    def _add_piece(self, name: str, device: str, attrs: dict[str, Any]) -> None:
-        """A node of attributes ``attrs`` already normalized (:func:`op_attributes`), as ``add_op``
-        would store them: the fast path for the graph's ops and their pieces."""
-        copied = None if attrs["attrs"] is None else dict(attrs["attrs"])
-        self.out.add_node(name, **{**attrs, "attrs": copied})
+    def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
+        """``add_op(name, **attrs)``; or, when ``like`` names a piece of the same op already added, a
+        copy of its attributes (normalized by ``add_op``) with ``attrs`` (normalized alike) replaced:
+        the fast path for an op's other pieces."""
+        if like is None:
+            self.out.add_op(name, **attrs)
+        else:
+            copied = {**self.out.nodes[like], **attrs}
+            copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
+            self.out.add_node(name, **copied)
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
         attrs = self.graph.nodes[op]
-        base = op_attributes(
-            compute_time=attrs["compute_time"],
-            persistent_bytes=attrs["persistent_bytes"],
-            output_sizes=attrs["output_sizes"],
-            temporary_bytes=attrs["temporary_bytes"],
-            op_type=attrs["op_type"],
-            flops=attrs["flops"],
-            device_kinds=attrs["device_kinds"],
-            attrs=attrs.get("attrs"),
-        )
+        base = {
+            key: attrs[key]
+            for key in (
+                "compute_time",
+                "persistent_bytes",
+                "output_sizes",
+                "temporary_bytes",
+                "op_type",
+                "flops",
+                "device_kinds",
+            )
+        }
         rule = self.rules[op]
+        pieces: list[_Piece] = []
         if split.degree == 1 or rule is None:
             suffix = "#r" if split.degree > 1 else None
-            pieces = []
             for i, device in enumerate(split.devices):
                 name = op if suffix is None else f"{op}{suffix}{i}"
-                self._add_piece(name, device, base)
+                like = pieces[0].node if pieces else None
+                self._add_piece(name, device, like, **({} if like else {**base, "attrs": attrs.get("attrs")}))
                 pieces.append(_Piece(name, device, 0.0, 1.0))
             self.pieces[op] = pieces
             return
-        whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(base["output_sizes"]))]
+        whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
         batch = self.graph.graph.get("batch_size")
-        pieces, lo = [], 0.0
+        lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
             name = f"{op}#p{i}"
             piece = {
-                **base,
                 "compute_time": float(piece_time(attrs, str(split.dimension), share, batch)),
-                "persistent_bytes": round(base["persistent_bytes"] * share),
-                "temporary_bytes": round(base["temporary_bytes"] * share),
-                "flops": base["flops"] * share,
+                "persistent_bytes": round(attrs["persistent_bytes"] * share),
+                "temporary_bytes": round(attrs["temporary_bytes"] * share),
+                "flops": float(attrs["flops"] * share),
                 "output_sizes": tuple(
-                    size if whole[slot] else round(size * share)
-                    for slot, size in enumerate(base["output_sizes"])
+                    int(size) if whole[slot] else round(size * share)
+                    for slot, size in enumerate(attrs["output_sizes"])
                 ),
             }
-            self._add_piece(name, device, piece)
+            if pieces:
+                self._add_piece(name, device, pieces[0].node, **piece)
+            else:
+                self._add_piece(name, device, None, **{**base, **piece, "attrs": attrs.get("attrs")})
             pieces.append(_Piece(name, device, lo, lo + share))
             lo += share
         self.pieces[op] = pieces
