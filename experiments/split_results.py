@@ -8,9 +8,10 @@ placement of whole ops as the plan that runs each op whole where it is placed. D
 speeds (BBGraP's setting: a device of speed ``s`` runs every op in ``1/s`` of the graph's time) are
 simulated alike; the placers of whole ops (and so ``auto``) do not model speeds and have no such rows.
 
-Training (:func:`training_results`): one device, data parallelism, the best whole-op placement
-(``auto`` without split plans), the layer-wise plan (the search selected against data parallelism
-and one device) and ``auto``. Inference (:func:`inference_results`): the same on forward-only graphs
+Training (:func:`training_results`): one device, data parallelism with an all-reduce per weight
+gradient and with DDP's gradient buckets, the best whole-op placement (``auto`` without split
+plans), the searched plan alone (OptCNN's Algorithm 1 before any selection), the layer-wise plan
+(the search selected against data parallelism and one device) and ``auto``. Inference (:func:`inference_results`): the same on forward-only graphs
 (:mod:`experiments.inference`) at several batches. The "seconds" are each placer's decision time
 (``placement_seconds``: for the layer-wise plan its search and selection, for ``auto`` the whole
 portfolio and the split plans).
@@ -29,6 +30,7 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.core.devices import DeviceSet
 from tfplace.core.units import format_bytes
 from tfplace.placer import place_cost_graph, placer_function
+from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
 from tfplace.split.expand import simulate_plan
 from tfplace.split.plan import OpSplit, SplitPlan
 
@@ -41,10 +43,13 @@ __all__ = [
     "training_results",
 ]
 
-ONE, DP, WHOLE, LAYERWISE, AUTO = (
+DATA_PARALLEL = "data parallel"
+ONE, DP_PER_GRADIENT, DP, WHOLE, SEARCHED, LAYERWISE, AUTO = (
     "one device",
-    "data parallel",
+    f"{DATA_PARALLEL}, an all-reduce per gradient",
+    f"{DATA_PARALLEL}, {DEFAULT_BUCKET_BYTES // 2**20} MB buckets",
     "best whole-op placement",
+    "searched plan (Algorithm 1, no selection)",
     "layer-wise",
     "auto",
 )
@@ -80,14 +85,18 @@ def evaluate(
     *,
     speeds: Sequence[float] | None = None,
     balanced: bool = True,
+    placer_simulates: bool = True,
     **options: Any,
 ) -> PlanResult:
     """``placer``'s placement of ``graph`` on ``devices`` of ``speeds`` (equal by default), simulated
-    as the module docstring says; ``balanced``: the placer is told the speeds, if it takes them."""
+    as the module docstring says; ``balanced``: the placer is told the speeds, if it takes them;
+    ``placer_simulates=False``: the placer is asked not to simulate (the layer-wise placer then
+    returns its search alone), the result is simulated here."""
     told = bool(speeds) and balanced and "speeds" in inspect.signature(placer_function(placer)).parameters
     if told:
         options["speeds"] = speeds
-    placement = place_cost_graph(graph, devices, placer, simulate=not speeds or told, **options)
+    simulate = placer_simulates and (not speeds or told)
+    placement = place_cost_graph(graph, devices, placer, simulate=simulate, **options)
     plan = placement.split_plan
     if plan is None:  # whole ops: simulated as the plan that runs them so
         plan = SplitPlan({op: OpSplit.whole(placement.assignment[op]) for op in graph}, devices)
@@ -110,16 +119,22 @@ def evaluate(
 def training_results(
     model: str, graph: CostGraph, devices: DeviceSet, unequal: DeviceSet | None, speeds: Sequence[float]
 ) -> list[PlanResult]:
-    """One device, data parallelism, the best whole-op placement, the layer-wise plan and ``auto`` on
-    ``devices``; with ``unequal`` (devices of ``speeds``), data parallelism with equal and with
-    proportional pieces and the layer-wise plan there."""
+    """One device, data parallelism with an all-reduce per gradient and in buckets, the best whole-op
+    placement, the searched plan alone, the layer-wise plan and ``auto`` on ``devices``; with
+    ``unequal`` (devices of ``speeds``), data parallelism with equal and with proportional pieces and
+    the layer-wise plan there."""
     setting = f"{len(devices)} GPUs"
+    rows: Sequence[tuple[str, str, dict[str, Any]]] = (
+        (ONE, "single", {}),
+        (DP_PER_GRADIENT, "data_parallel", {"bucket_bytes": None}),
+        (DP, "data_parallel", {}),
+        (WHOLE, "auto", {"splits": False}),
+        (SEARCHED, "layerwise", {"placer_simulates": False}),
+        (LAYERWISE, "layerwise", {}),
+        (AUTO, "auto", {}),
+    )
     results = [
-        evaluate(model, setting, ONE, graph, devices, "single"),
-        evaluate(model, setting, DP, graph, devices, "data_parallel"),
-        evaluate(model, setting, WHOLE, graph, devices, "auto", splits=False),
-        evaluate(model, setting, LAYERWISE, graph, devices, "layerwise"),
-        evaluate(model, setting, AUTO, graph, devices, "auto"),
+        evaluate(model, setting, label, graph, devices, placer, **options) for label, placer, options in rows
     ]
     if unequal is not None:
         results += _unequal(model, graph, unequal, speeds)
@@ -135,7 +150,7 @@ def _unequal(model: str, graph: CostGraph, devices: DeviceSet, speeds: Sequence[
         evaluate(
             model,
             setting,
-            f"{DP}, equal pieces",
+            f"{DATA_PARALLEL}, equal pieces",
             graph,
             devices,
             "data_parallel",
@@ -143,7 +158,13 @@ def _unequal(model: str, graph: CostGraph, devices: DeviceSet, speeds: Sequence[
             balanced=False,
         ),
         evaluate(
-            model, setting, f"{DP}, proportional pieces", graph, devices, "data_parallel", speeds=speeds
+            model,
+            setting,
+            f"{DATA_PARALLEL}, proportional pieces",
+            graph,
+            devices,
+            "data_parallel",
+            speeds=speeds,
         ),
         evaluate(model, setting, LAYERWISE, graph, devices, "layerwise", speeds=speeds),
     ]
@@ -199,9 +220,10 @@ def plans_table(results: Sequence[PlanResult], name: str, title: str, notes: str
 
 def targets_table(results: Sequence[PlanResult], name: str) -> Table:
     """Issue 15's targets per model and equal-device setting: the layer-wise plan and ``auto`` never
-    slower than data parallelism, one device or the best whole-op placement; Inception V3's training
-    at least 3.5x one device; the Transformer and the NMT faster than data parallelism; and ``auto``'s
-    step before (whole ops) and after (split plans)."""
+    slower than data parallelism (in buckets), one device or the best whole-op placement; Inception
+    V3's training at least 3.5x one device; the Transformer and the NMT faster than data parallelism;
+    ``auto``'s step before (whole ops) and after (split plans); the searched plan alone against data
+    parallelism; and the decision seconds of the layer-wise placer and of ``auto``."""
     rows = []
     settings = dict.fromkeys((r.model, r.setting) for r in results if r.label == AUTO)
     for model, setting in settings:
@@ -230,6 +252,8 @@ def targets_table(results: Sequence[PlanResult], name: str) -> Table:
                 f"{dp / auto:.2f}x",
                 f"{one / auto:.2f}x",
                 f"{dp / layerwise:.2f}x",
+                f"{dp / found[SEARCHED].step_time:.2f}x",
+                f"{found[LAYERWISE].seconds:.1f}",
                 f"{found[AUTO].seconds:.1f}",
                 "met" if not misses else "missed: " + ", ".join(misses),
             )
@@ -238,7 +262,15 @@ def targets_table(results: Sequence[PlanResult], name: str) -> Table:
     return Table(
         name,
         "Targets of issue 15 and auto's step before and after it admits split plans",
-        (*columns, "auto vs one device", "layer-wise vs DP", "auto decision (s)", "targets"),
+        (
+            *columns,
+            "auto vs one device",
+            "layer-wise vs DP",
+            "search alone vs DP",
+            "layer-wise placer (s)",
+            "auto decision (s)",
+            "targets",
+        ),
         tuple(rows),
     )
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from tfplace.core.costgraph import CostGraph, check_acyclic
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement, simulated_memory_warnings
+from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.expand import simulate_plan
 from tfplace.split.layerwise import layerwise_plan, search_plan
@@ -60,14 +61,20 @@ def plan_placement(
 
 
 def data_parallel(
-    graph: CostGraph, devices: DeviceSet, *, simulate: bool = True, speeds: Sequence[float] | None = None
+    graph: CostGraph,
+    devices: DeviceSet,
+    *,
+    simulate: bool = True,
+    speeds: Sequence[float] | None = None,
+    bucket_bytes: int | None = DEFAULT_BUCKET_BYTES,
 ) -> Placement:
     """``placer="data_parallel"``: :func:`tfplace.split.data_parallel.data_parallel_plan` (what
-    ``tf.distribute.MirroredStrategy`` does) as a placement."""
+    ``tf.distribute.MirroredStrategy`` does) as a placement, its weight gradients all-reduced in
+    buckets of ``bucket_bytes`` (``None``: one all-reduce per gradient)."""
     return plan_placement(
         graph,
         devices,
-        lambda: data_parallel_plan(graph, devices, speeds=speeds),
+        lambda: data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes),
         simulate=simulate,
         speeds=speeds,
     )

@@ -66,7 +66,7 @@ class ExpandedPlan:
     nodes_of: dict[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
 class _Piece:
     node: str
     device: str
@@ -115,6 +115,7 @@ class _Expander:
         self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
         self.copy = copy_cost(graph)
+        self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -122,6 +123,7 @@ class _Expander:
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
+        self.out.add_dependencies(self.dependencies)
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
@@ -130,6 +132,18 @@ class _Expander:
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
         self.out.add_op(name, **attrs)
+        self.devices[name] = device
+
+    def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
+        """``add_op(name, **attrs)``; or, when ``like`` names a piece of the same op already added, a
+        copy of its attributes (normalized by ``add_op``) with ``attrs`` (normalized alike) replaced:
+        the fast path for an op's other pieces."""
+        if like is None:
+            self.out.add_op(name, **attrs)
+        else:
+            copied = {**self.out.nodes[like], **attrs}
+            copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
+            self.out.add_node(name, **copied)
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
@@ -143,41 +157,39 @@ class _Expander:
                 "temporary_bytes",
                 "op_type",
                 "flops",
+                "device_kinds",
             )
         }
-        base["device_kinds"] = attrs["device_kinds"]
         rule = self.rules[op]
+        pieces: list[_Piece] = []
         if split.degree == 1 or rule is None:
             suffix = "#r" if split.degree > 1 else None
-            pieces = []
             for i, device in enumerate(split.devices):
                 name = op if suffix is None else f"{op}{suffix}{i}"
-                self._add_node(name, device, **base, attrs=attrs.get("attrs"))
+                like = pieces[0].node if pieces else None
+                self._add_piece(name, device, like, **({} if like else {**base, "attrs": attrs.get("attrs")}))
                 pieces.append(_Piece(name, device, 0.0, 1.0))
             self.pieces[op] = pieces
             return
-        pieces, lo = [], 0.0
+        whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
+        batch = self.graph.graph.get("batch_size")
+        lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
-            sizes = tuple(
-                size if rule.write(slot) in (PARTIAL, REPLICATED) else round(size * share)
-                for slot, size in enumerate(attrs["output_sizes"])
-            )
             name = f"{op}#p{i}"
-            self._add_node(
-                name,
-                device,
-                **{
-                    **base,
-                    "compute_time": piece_time(
-                        attrs, str(split.dimension), share, self.graph.graph.get("batch_size")
-                    ),
-                    "persistent_bytes": round(attrs["persistent_bytes"] * share),
-                    "temporary_bytes": round(attrs["temporary_bytes"] * share),
-                    "flops": attrs["flops"] * share,
-                    "output_sizes": sizes,
-                },
-                attrs=attrs.get("attrs"),
-            )
+            piece = {
+                "compute_time": float(piece_time(attrs, str(split.dimension), share, batch)),
+                "persistent_bytes": round(attrs["persistent_bytes"] * share),
+                "temporary_bytes": round(attrs["temporary_bytes"] * share),
+                "flops": float(attrs["flops"] * share),
+                "output_sizes": tuple(
+                    int(size) if whole[slot] else round(size * share)
+                    for slot, size in enumerate(attrs["output_sizes"])
+                ),
+            }
+            if pieces:
+                self._add_piece(name, device, pieces[0].node, **piece)
+            else:
+                self._add_piece(name, device, None, **{**base, **piece, "attrs": attrs.get("attrs")})
             pieces.append(_Piece(name, device, lo, lo + share))
             lo += share
         self.pieces[op] = pieces
@@ -199,11 +211,23 @@ class _Expander:
         return name, True
 
     # -- edges -------------------------------------------------------------------------------
+    def _depend(
+        self,
+        src: str,
+        dst: str,
+        *,
+        slots: tuple[int, ...] = (),
+        nbytes: int | None = None,
+        control: bool = False,
+    ) -> None:
+        """An edge of the pieces, added with all the others at the end (:meth:`CostGraph.add_dependencies`)."""
+        self.dependencies.append((src, dst, slots, nbytes, control))
+
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
         if self.graph.nodes[v]["op_type"] in SHAPE_OPS:
             for dst in self.pieces[v]:
                 local = [p for p in self.pieces[u] if p.device == dst.device][:1] or self.pieces[u][:1]
-                self.out.add_dependency(local[0].node, dst.node, control=True)
+                self._depend(local[0].node, dst.node, control=True)
             return
         if edge["control"] or not edge["slots"]:
             by_device = (
@@ -215,9 +239,9 @@ class _Expander:
                     if by_device and src.device != dst.device:
                         continue  # each replica orders its own copy (an update before a read)
                     if edge["control"] or not edge["bytes"]:
-                        self.out.add_dependency(src.node, dst.node, control=True)
+                        self._depend(src.node, dst.node, control=True)
                     else:
-                        self.out.add_dependency(src.node, dst.node, nbytes=edge["bytes"])
+                        self._depend(src.node, dst.node, nbytes=edge["bytes"])
             return
         split = self.plan.splits[v]
         rule = self.rules[v]
@@ -245,7 +269,7 @@ class _Expander:
         if written == PARTIAL and layout == PARTIAL:
             index = self.pieces[self._op_of(target.node)].index(target)
             if self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
-                self.out.add_dependency(sources[index].node, target.node, slots=(slot,))
+                self._depend(sources[index].node, target.node, slots=(slot,))
                 return
         if layout == PARTIAL:  # a summand: the whole tensor for the first piece, zeros for the others
             index = self.pieces[self._op_of(target.node)].index(target)
@@ -298,7 +322,7 @@ class _Expander:
         them so), made once per device and range read."""
         if len(arrivals) == 1:
             node, part_slot, _ = arrivals[0]
-            self.out.add_dependency(node, target.node, slots=(part_slot,))
+            self._depend(node, target.node, slots=(part_slot,))
             return
         what = (str(layout),) if layout == REPLICATED else (str(layout), target.lo, target.hi)
         name, new = self._helper(
@@ -310,8 +334,8 @@ class _Expander:
         )
         if new:
             for node, part_slot, _ in arrivals:
-                self.out.add_dependency(node, name, slots=(part_slot,))
-        self.out.add_dependency(name, target.node, slots=(0,))
+                self._depend(node, name, slots=(part_slot,))
+        self._depend(name, target.node, slots=(0,))
 
     def _send_slice(
         self, source: _Piece, slot: int, target: _Piece, nbytes: int, what: tuple[Any, ...]
@@ -321,7 +345,7 @@ class _Expander:
         name, _ = self._helper(
             key, f"{source.node}:{slot}/slice{len(self.made)}", source.device, "Slice", nbytes
         )
-        self.out.add_dependency(source.node, name, slots=(slot,))
+        self._depend(source.node, name, slots=(slot,))
         return name
 
     def _summed(self, u: str, slot: int, target: _Piece, replicas: bool) -> _Piece:
@@ -343,7 +367,7 @@ class _Expander:
         )
         if new:
             for piece in pieces:
-                self.out.add_dependency(piece.node, name, slots=(slot,))
+                self._depend(piece.node, name, slots=(slot,))
         return _Piece(name, target.device, 0.0, 1.0)
 
     def _all_reduced(self, u: str, slot: int, size: int, reader: str) -> list[_Piece]:
@@ -392,10 +416,10 @@ class _Expander:
                             "Slice",
                             part,
                         )
-                        self.out.add_dependency(sender, name, slots=(0,))
+                        self._depend(sender, name, slots=(0,))
                     for request in bucket:
                         piece = self.pieces[request.op][j]
-                        self.out.add_dependency(piece.node, sender, slots=(request.slot,))
+                        self._depend(piece.node, sender, slots=(request.slot,))
                 reduced.append(name)
             for i, owner in enumerate(devices):
                 results = [self.made[("allreduce", r.op, r.slot, i)] for r in bucket]
@@ -405,10 +429,10 @@ class _Expander:
                         ("gather", prefix, i), f"{prefix}/allreduce/{i}", owner, "AllReduce", total
                     )
                     for result in results:
-                        self.out.add_dependency(gathered, result, slots=(0,))
+                        self._depend(gathered, result, slots=(0,))
                         self.out.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
                 for part_node in reduced:
-                    self.out.add_dependency(part_node, gathered, slots=(0,))
+                    self._depend(part_node, gathered, slots=(0,))
 
     def _size(self, node: str, slot: int) -> int:
         sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]
