@@ -1,0 +1,163 @@
+"""Robust per-op statistics over repeated traced steps, and when to stop repeating them.
+
+The profiler (:mod:`tfplace.estimator.profiler`) measures each op's time in several traced steps
+per batch size. On a machine shared with other processes a step can be slowed as a whole (the
+profiling thread lost its core for a while) or one op can be (preempted while it ran). This module
+turns the repeats into one time per op that resists both, and says how many repeats are enough:
+
+- :func:`interleaved_rounds`: the order of the traced steps, ``b1, b2, b4, b1, b2, b4, ...``, so a
+  slow phase of the machine is shared by every batch size instead of bending the regression on the
+  batch size;
+- :func:`kept_steps`: a step whose wall-clock time is more than ``outlier_factor`` times the median
+  of the other steps at its batch size is dropped (Tukey's idea of fences, on the median: a
+  disturbed step, not a different measurement);
+- :func:`location` and :func:`standard_error`: per op the median, or the trimmed mean (Tukey and
+  McLaughlin 1963, the mean of the central ``1 - 2 * trim`` of the values; the interquartile mean
+  for ``trim = 0.25``), and its standard error: for the trimmed mean the standard deviation of the
+  winsorized values over ``(1 - 2 * trim) * sqrt(n)`` (Tukey-McLaughlin; Wilcox, *Introduction to
+  Robust Estimation*, section 3.2), for the median ``1.2533 * 1.4826 * MAD / sqrt(n)`` (the
+  asymptotic efficiency of the median under a normal law, with the MAD as the scale);
+- :func:`weighted_relative_error`: the op times' standard errors summed over the times summed, the
+  relative error of a step-time estimate made of them (ops weighted by their time);
+  :meth:`RepeatPolicy.done` stops the repeats once it is below ``target_error`` at every batch size
+  (or at ``max_steps``).
+
+No TensorFlow is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "MEDIAN_EFFICIENCY",
+    "RepeatPolicy",
+    "Statistic",
+    "interleaved_rounds",
+    "kept_steps",
+    "location",
+    "standard_error",
+    "weighted_relative_error",
+]
+
+Statistic = Literal["median", "trimmed_mean"]
+
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
+"""The median's standard error over the mean's for normal data (1.2533)."""
+
+_MAD_TO_SIGMA = 1.4826
+"""The median absolute deviation times this estimates a normal law's standard deviation."""
+
+
+@dataclass(frozen=True)
+class RepeatPolicy:
+    """How many traced steps the profiler takes per batch size and how it reduces them.
+
+    Attributes
+    ----------
+    max_steps : int
+        Most traced steps per batch size (the profiler's ``traced_steps`` is the fewest). At most
+        ``traced_steps`` steps are taken when this is not larger: a fixed count.
+    target_error : float
+        Stop when :func:`weighted_relative_error` of the op times is at most this at every batch
+        size (0: always take ``max_steps``).
+    statistic : {"trimmed_mean", "median"}
+        Per-op time over the kept steps (:func:`location`).
+    trim : float
+        Fraction cut from each end for the trimmed mean, in ``[0, 0.5)``.
+    outlier_factor : float
+        A step slower than this times the median of the other steps at its batch size is dropped
+        (:func:`kept_steps`); ``math.inf`` keeps every step.
+    """
+
+    max_steps: int = 20
+    target_error: float = 0.01
+    statistic: Statistic = "trimmed_mean"
+    trim: float = 0.25
+    outlier_factor: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.statistic not in ("median", "trimmed_mean"):
+            raise ValueError(f"statistic must be 'median' or 'trimmed_mean', got {self.statistic!r}")
+        if not 0 <= self.trim < 0.5:
+            raise ValueError(f"trim must be in [0, 0.5), got {self.trim}")
+        if self.outlier_factor <= 1:
+            raise ValueError(f"outlier_factor must be above 1, got {self.outlier_factor}")
+        if self.target_error < 0 or self.max_steps < 1:
+            raise ValueError(
+                f"need target_error >= 0 and max_steps >= 1, got {self.target_error}, {self.max_steps}"
+            )
+
+    def settings(self) -> dict[str, Any]:
+        """The fields as a JSON-serializable mapping (part of the profile cache key)."""
+        return {key: (repr(value) if value == math.inf else value) for key, value in asdict(self).items()}
+
+    def done(self, kept: int, taken: int, min_steps: int, relative_error: float) -> bool:
+        """Whether a batch size needs no more traced steps: ``taken`` reached the most allowed, or at
+        least ``min_steps`` were kept and the time-weighted relative error is at the target."""
+        if taken >= max(self.max_steps, min_steps):
+            return True
+        return kept >= min_steps and relative_error <= self.target_error
+
+
+def interleaved_rounds(batch_sizes: Sequence[int], done: Mapping[int, bool]) -> Iterator[int]:
+    """One round of traced steps: every batch size not ``done``, in the order given.
+
+    The profiler calls it again after each round, so a batch size is never measured twice before
+    every other unfinished one was measured once.
+    """
+    return (b for b in batch_sizes if not done.get(b, False))
+
+
+def kept_steps(wall_times: Sequence[float], outlier_factor: float) -> list[bool]:
+    """Which steps to keep: those at most ``outlier_factor`` times the median of the other steps.
+
+    With fewer than three steps there is no median of others to trust and every step is kept.
+    """
+    times = np.asarray(wall_times, dtype=float)
+    if times.size < 3:
+        return [True] * int(times.size)
+    keep = []
+    for i, time in enumerate(times):
+        others = np.delete(times, i)
+        keep.append(bool(time <= outlier_factor * np.median(others)))
+    return keep
+
+
+def _trimmed(values: np.ndarray, trim: float) -> tuple[np.ndarray, int]:
+    """The sorted values and how many are cut from each end (``floor(trim * n)``)."""
+    ordered = np.sort(values, axis=-1)
+    return ordered, math.floor(trim * ordered.shape[-1])
+
+
+def location(values: np.ndarray, statistic: Statistic, trim: float) -> np.ndarray:
+    """The median or trimmed mean along the last axis of ``values`` (ops x steps)."""
+    if statistic == "median":
+        return np.median(values, axis=-1)
+    ordered, cut = _trimmed(values, trim)
+    return ordered[..., cut : ordered.shape[-1] - cut].mean(axis=-1)
+
+
+def standard_error(values: np.ndarray, statistic: Statistic, trim: float) -> np.ndarray:
+    """The standard error of :func:`location` along the last axis (0 for a single value)."""
+    n = values.shape[-1]
+    if n < 2:
+        return np.zeros(values.shape[:-1])
+    if statistic == "median":
+        mad = np.median(np.abs(values - np.median(values, axis=-1, keepdims=True)), axis=-1)
+        return MEDIAN_EFFICIENCY * _MAD_TO_SIGMA * mad / math.sqrt(n)
+    ordered, cut = _trimmed(values, trim)
+    winsorized = np.clip(ordered, ordered[..., cut : cut + 1], ordered[..., n - 1 - cut : n - cut])
+    return np.std(winsorized, axis=-1, ddof=1) / ((1 - 2 * cut / n) * math.sqrt(n))
+
+
+def weighted_relative_error(locations: np.ndarray, errors: np.ndarray) -> float:
+    """Summed standard errors over summed times: each op's relative error weighted by its time
+    (0 when there is no time)."""
+    total = float(np.sum(locations))
+    return float(np.sum(errors)) / total if total > 0 else 0.0
