@@ -54,19 +54,59 @@ def test_the_trimmed_mean_ignores_a_preempted_repeat_of_an_op():
     assert location(values, "trimmed_mean", 0.0)[0] > 50  # the plain mean does not
 
 
+def test_the_lower_mean_averages_the_lowest_tenth_and_at_least_two_values():
+    values = np.array(
+        [
+            [
+                12.0,
+                10.0,
+                30.0,
+                11.0,
+                10.5,
+                55.0,
+                13.0,
+                10.2,
+                14.0,
+                12.5,
+                11.5,
+                10.1,
+                16.0,
+                20.0,
+                15.0,
+                10.3,
+                17,
+                18,
+                19,
+                21,
+            ]
+        ]
+    )
+    assert location(values, "lower_mean", lower_fraction=0.1)[0] == pytest.approx((10.0 + 10.1) / 2)
+    assert location(values[:, :5], "lower_mean", lower_fraction=0.1)[0] == pytest.approx((10.0 + 10.5) / 2)
+    assert location(values, "lower_mean", lower_fraction=1.0)[0] == pytest.approx(values.mean())
+
+
+def test_preemption_that_delays_most_repeats_of_an_op_moves_the_median_but_not_the_lower_mean():
+    generator = np.random.default_rng(3)
+    own = 1e-3 * (1 + generator.uniform(0, 0.02, size=(1, 30)))
+    preempted = own + (generator.uniform(size=own.shape) < 0.75) * 4e-3
+    assert location(preempted, "median")[0] > 4e-3
+    assert location(preempted, "lower_mean")[0] == pytest.approx(1e-3, rel=0.02)
+
+
 def test_identical_repeats_have_no_standard_error_and_one_repeat_none_either():
-    for statistic in ("median", "trimmed_mean"):
+    for statistic in ("median", "trimmed_mean", "lower_mean"):
         assert standard_error(np.full((2, 6), 3e-6), statistic, 0.25).tolist() == [0.0, 0.0]
         assert standard_error(np.array([[1.0]]), statistic, 0.25).tolist() == [0.0]
 
 
-@pytest.mark.parametrize("statistic", ["median", "trimmed_mean"])
-def test_the_standard_error_matches_the_spread_of_the_statistic_over_samples(statistic):
+@pytest.mark.parametrize("statistic, fraction", [("median", 0.1), ("trimmed_mean", 0.1), ("lower_mean", 0.3)])
+def test_the_standard_error_matches_the_spread_of_the_statistic_over_samples(statistic, fraction):
     generator = np.random.default_rng(7)
-    samples = generator.normal(1.0, 0.1, size=(4000, 15))
-    estimated = standard_error(samples, statistic, 0.25).mean()
-    actual = location(samples, statistic, 0.25).std()
-    assert estimated == pytest.approx(actual, rel=0.2)
+    samples = generator.normal(1.0, 0.1, size=(4000, 20))
+    estimated = standard_error(samples, statistic, 0.25, fraction).mean()
+    actual = location(samples, statistic, 0.25, fraction).std()
+    assert estimated == pytest.approx(actual, rel=0.25)
 
 
 def test_the_relative_error_weights_each_op_by_its_time():
@@ -90,6 +130,7 @@ def test_repeats_stop_at_the_target_error_after_the_fewest_steps_or_at_the_most(
     [
         ({"statistic": "mean"}, "statistic"),
         ({"trim": 0.5}, "trim"),
+        ({"lower_fraction": 0.0}, "lower_fraction"),
         ({"outlier_factor": 1.0}, "outlier_factor"),
         ({"max_steps": 0}, "max_steps"),
         ({"target_error": -0.1}, "target_error"),

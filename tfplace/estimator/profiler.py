@@ -16,7 +16,8 @@ Measurement choices (each documented where it is made):
 - repeats (:mod:`tfplace.estimator.statistics`, :class:`RepeatPolicy`): the traced steps are
   taken in turns across the batch sizes (a slow phase of the machine then affects every batch
   size, not one); a step much slower than the others at its batch size is dropped; per op the
-  trimmed mean (or median) of the kept steps' times, with its standard error
+  mean of the lowest tenth of the kept steps' times (preemption only adds time; or a trimmed mean
+  or the median), with its standard error
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative standard
   error, weighted by time, is below a target at every batch size, or up to a most;
 - compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
@@ -351,8 +352,8 @@ def time_statistics(
     result: dict[str, tuple[float, float]] = {}
     for ops in by_count.values():
         matrix = np.array([by_op[op] for op in ops])
-        times = np.maximum(location(matrix, policy.statistic, policy.trim), TIME_FLOOR)
-        errors = standard_error(matrix, policy.statistic, policy.trim)
+        times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
+        errors = standard_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
         result.update(zip(ops, zip(times.tolist(), errors.tolist())))
     return result
 
@@ -480,8 +481,8 @@ def profile_graph(
     One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
-    the others are dropped; per op the trimmed mean (or median) of its time over the kept steps, the
-    median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
+    the others are dropped; per op a robust statistic of its time over the kept steps (by default the
+    mean of the lowest tenth), the median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
     are listed in ``estimated_ops``.
 
     Parameters
