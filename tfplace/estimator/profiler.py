@@ -433,7 +433,7 @@ def _measure(
     }
     steps = {b: _BatchSteps() for b in feeds}
     done = {b: False for b in feeds}
-    most = max(traced_steps, policy.max_steps)
+    most = policy.most_steps(traced_steps)
     with tf.compat.v1.Session(graph=graph, config=config) as session:
         if initializer:
             session.run(initializer)
@@ -507,7 +507,8 @@ def profile_graph(
         returned without running TensorFlow. ``None`` or ``""``: no cache.
     repeats : RepeatPolicy, optional
         The most traced steps, the target relative error, the statistic and the outlier factor
-        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``).
+        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to four
+        times ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns

@@ -34,7 +34,7 @@ turns the repeats into one time per op that resists both, and says how many repe
 - :func:`weighted_relative_error`: the op times' standard errors summed over the times summed, the
   relative error of a step-time estimate made of them (ops weighted by their time);
   :meth:`RepeatPolicy.done` stops the repeats once it is below ``target_error`` at every batch size
-  (or at ``max_steps``).
+  (or at the most steps).
 
 No TensorFlow is needed.
 """
@@ -50,6 +50,7 @@ import numpy as np
 
 __all__ = [
     "MEDIAN_EFFICIENCY",
+    "STEPS_PER_MINIMUM",
     "RepeatPolicy",
     "Statistic",
     "interleaved_rounds",
@@ -64,6 +65,9 @@ Statistic = Literal["lower_mean", "trimmed_mean", "median"]
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 """The median's standard error over the mean's for normal data (1.2533)."""
 
+STEPS_PER_MINIMUM = 4
+"""Without a ``max_steps``, a batch size gets at most this many times the fewest traced steps."""
+
 _MAD_TO_SIGMA = 1.4826
 """The median absolute deviation times this estimates a normal law's standard deviation."""
 
@@ -74,9 +78,10 @@ class RepeatPolicy:
 
     Attributes
     ----------
-    max_steps : int
-        Most traced steps per batch size (the profiler's ``traced_steps`` is the fewest). At most
-        ``traced_steps`` steps are taken when this is not larger: a fixed count.
+    max_steps : int or None
+        Most traced steps per batch size (the profiler's ``traced_steps`` is the fewest); ``None``:
+        :data:`STEPS_PER_MINIMUM` times the fewest. Exactly ``traced_steps`` steps are taken when
+        this is not larger: a fixed count.
     target_error : float
         Stop when :func:`weighted_relative_error` of the op times is at most this at every batch
         size (0: always take ``max_steps``).
@@ -91,7 +96,7 @@ class RepeatPolicy:
         (:func:`kept_steps`); ``math.inf`` keeps every step.
     """
 
-    max_steps: int = 20
+    max_steps: int | None = None
     target_error: float = 0.01
     statistic: Statistic = "lower_mean"
     trim: float = 0.25
@@ -109,7 +114,7 @@ class RepeatPolicy:
             raise ValueError(f"lower_fraction must be in (0, 1], got {self.lower_fraction}")
         if self.outlier_factor <= 1:
             raise ValueError(f"outlier_factor must be above 1, got {self.outlier_factor}")
-        if self.target_error < 0 or self.max_steps < 1:
+        if self.target_error < 0 or (self.max_steps is not None and self.max_steps < 1):
             raise ValueError(
                 f"need target_error >= 0 and max_steps >= 1, got {self.target_error}, {self.max_steps}"
             )
@@ -118,10 +123,15 @@ class RepeatPolicy:
         """The fields as a JSON-serializable mapping (part of the profile cache key)."""
         return {key: (repr(value) if value == math.inf else value) for key, value in asdict(self).items()}
 
+    def most_steps(self, min_steps: int) -> int:
+        """The most traced steps per batch size when the fewest is ``min_steps``."""
+        most = self.max_steps if self.max_steps is not None else STEPS_PER_MINIMUM * min_steps
+        return max(most, min_steps)
+
     def done(self, kept: int, taken: int, min_steps: int, relative_error: float) -> bool:
         """Whether a batch size needs no more traced steps: ``taken`` reached the most allowed, or at
         least ``min_steps`` were kept and the time-weighted relative error is at the target."""
-        if taken >= max(self.max_steps, min_steps):
+        if taken >= self.most_steps(min_steps):
             return True
         return kept >= min_steps and relative_error <= self.target_error
 
