@@ -26,6 +26,7 @@ condition's rows, ``--output`` the whole table as Markdown. Run from the reposit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -192,8 +193,18 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.table5_dir:
         from experiments.report import accuracy_table
 
-        first = reports[FLAGS.machine[0]]
-        table = accuracy_table(first)
+        machine = FLAGS.machine[0]
+        table = accuracy_table(reports[machine])
+        sizes = "; ".join(
+            f"{name} " + ", ".join(f"{knob}={value}" for knob, value in MODEL_SIZES[name].items())
+            for name in reports[machine]
+        )
+        loads = ", ".join(f"{cells[0]} {cells[2]}" for cells in rows if cells[1] == machine)
+        table = dataclasses.replace(
+            table,
+            notes=f"{table.notes} Small configurations ({sizes}), machine {machine}, load average "
+            f"(1 min) before / after each model: {loads}. Made by benchmarks/estimation_accuracy.py.",
+        )
         directory = Path(FLAGS.table5_dir)
         (directory / f"{table.name}.md").write_text(table.markdown())
         (directory / f"{table.name}.csv").write_text(table.csv())

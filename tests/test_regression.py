@@ -62,6 +62,12 @@ def test_a_time_that_barely_grows_with_the_batch_is_predicted_constant_at_its_me
     assert grows.predict(64)["a"].compute_time > 1.2e-6
 
 
+def test_a_long_op_that_grows_little_with_the_batch_keeps_its_line():
+    model = OpCostRegression(flat_growth=0.3, flat_below=20e-6).fit(timed([262e-6, 267e-6, 279e-6]))
+    assert model.time_fit_ == ["line"]
+    assert model.predict(8)["a"].compute_time > 290e-6
+
+
 def test_times_growing_faster_than_the_batch_are_predicted_proportional():
     model = OpCostRegression().fit(timed([1e-6, 2e-6, 9e-6]))
     assert model.time_fit_ == ["power"]
