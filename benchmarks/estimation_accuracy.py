@@ -151,7 +151,7 @@ def row(name: str, machine: str, loads: tuple[float, float], report: Any, second
         name,
         machine,
         f"{loads[0]:.2f} / {loads[1]:.2f}",
-        f"{report.time.ops // 2:,}",
+        f"{report.time.ops:,}",
         f"{report.time.mean:.2%}",
         f"{report.time_weighted_deviation:.2%}",
         f"{floor.mean:.2%}",

@@ -48,7 +48,7 @@ def test_deviation_is_relative_to_the_measured_value():
 def test_a_second_measurement_gives_the_noise_floor_and_the_prediction_is_pooled_over_both():
     # conv predicted 8.1 ms, measured 8.1 and 16.2 ms; add exact in both
     report = compare_profiles(small_profile(), measured_at_8(8.1e-3), 8, second=measured_at_8(16.2e-3))
-    assert report.time.ops == 4  # two ops, two measurements
+    assert report.time.ops == 2  # each op counted once, its deviations pooled over both measurements
     assert report.time.mean == pytest.approx((0.0 + 0.5) / 4)
     # floor: |8.1 - 16.2| / 16.2 = 0.5 and |16.2 - 8.1| / 8.1 = 1.0 for conv, 0 for add
     assert report.floor_time is not None and report.floor_time.mean == pytest.approx(1.5 / 4)

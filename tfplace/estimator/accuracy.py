@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -195,7 +195,7 @@ def _time_deviations(
     estimates: Sequence[Mapping[str, OpCost]], references: Sequence[Mapping[str, OpCost]], ops: Sequence[str]
 ) -> tuple[DeviationSummary, float]:
     """Per-op relative time deviations of each of ``estimates`` against the reference beside it,
-    pooled, and the pooled time-weighted deviation."""
+    pooled, and the pooled time-weighted deviation. ``ops`` counts the ops once."""
     pooled, excluded, error, total = [], 0, 0.0, 0.0
     for estimate, reference in zip(estimates, references):
         relative, zero = relative_deviations(estimate, reference, ops, lambda c: c.compute_time, TIME_FLOOR)
@@ -204,7 +204,8 @@ def _time_deviations(
         error += sum(abs(estimate[op].compute_time - reference[op].compute_time) for op in ops)
         total += sum(reference[op].compute_time for op in ops)
     weighted = error / total if total else float("nan")
-    return summarize_deviations(np.concatenate(pooled), excluded // len(references)), weighted
+    summary = summarize_deviations(np.concatenate(pooled), excluded // len(references))
+    return replace(summary, ops=summary.ops // len(references)), weighted
 
 
 def compare_profiles(
