@@ -123,7 +123,7 @@ def test_repeats_stop_at_the_target_error_after_the_fewest_steps_or_at_the_most(
     assert not policy.done(kept=7, taken=8, min_steps=5, relative_error=0.02)
     assert policy.done(kept=7, taken=10, min_steps=5, relative_error=0.02)
     assert RepeatPolicy(max_steps=1).done(kept=3, taken=5, min_steps=5, relative_error=1.0)
-    assert RepeatPolicy().most_steps(5) == 20 and RepeatPolicy(max_steps=8).most_steps(5) == 8
+    assert RepeatPolicy().most_steps(5) == 10 and RepeatPolicy(max_steps=8).most_steps(5) == 8
 
 
 @pytest.mark.parametrize(

@@ -507,7 +507,7 @@ def profile_graph(
         returned without running TensorFlow. ``None`` or ``""``: no cache.
     repeats : RepeatPolicy, optional
         The most traced steps, the target relative error, the statistic and the outlier factor
-        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to four
+        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
         times ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 

@@ -65,7 +65,7 @@ Statistic = Literal["lower_mean", "trimmed_mean", "median"]
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 """The median's standard error over the mean's for normal data (1.2533)."""
 
-STEPS_PER_MINIMUM = 4
+STEPS_PER_MINIMUM = 2
 """Without a ``max_steps``, a batch size gets at most this many times the fewest traced steps."""
 
 _MAD_TO_SIGMA = 1.4826
