@@ -508,7 +508,7 @@ def profile_graph(
     repeats : RepeatPolicy, optional
         The most traced steps, the target relative error, the statistic and the outlier factor
         (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
-        times ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
+        ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns
