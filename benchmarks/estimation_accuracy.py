@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -94,9 +95,11 @@ COLUMNS = (
 @contextlib.contextmanager
 def spinning_cores(count: int) -> Iterator[list[int]]:
     """``count`` processes running ``while True: pass``, process ``i`` pinned to core ``i``; killed
-    (by their own process ids) on exit. Yields their process ids."""
+    (by their own process ids) on exit, also when this benchmark is terminated (SIGTERM exits
+    through the ``finally``). Yields their process ids."""
     cores = sorted(os.sched_getaffinity(0))
     spinners = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         for i in range(count):
             core = cores[i % len(cores)]
