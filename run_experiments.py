@@ -11,7 +11,8 @@ For each model (:mod:`models`, the paper's configuration and batch size by defau
 3. place it with every placer of ``--placers`` on ``--num_devices`` devices of ``--device_memory``
    and simulate the step (:func:`experiments.comparison.compare_placers`);
 4. measure the accuracy of the estimate: predict batch ``--accuracy_batch`` from the small batches
-   and measure it (:func:`tfplace.estimator.accuracy.estimation_accuracy`);
+   and measure it twice, the second time for the noise floor
+   (:func:`tfplace.estimator.accuracy.estimation_accuracy`);
 5. with ``--real``, run a small variant of the model on loopback TensorFlow workers, placed by
    each placer, and compare the measured step with the simulated one (:mod:`tfplace.runner`).
 

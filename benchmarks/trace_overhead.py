@@ -75,7 +75,7 @@ def measure(name: str) -> dict[str, float | int | str | None]:
     if batch > max(PROFILED):
         report = estimation_accuracy(
             spec.graph, spec.train_op, spec.feed_fn, profile_batch_sizes=PROFILED, target_batch=batch,
-            init_op=spec.init_op,
+            init_op=spec.init_op, floor=False,
         )  # fmt: skip
         result["predicted_ops_summed_ms"] = round(report.sum_predicted_time * 1e3, 3)
         result["measured_ops_summed_ms"] = round(report.sum_measured_time * 1e3, 3)

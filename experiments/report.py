@@ -401,6 +401,9 @@ def accuracy_table(reports: Mapping[str, AccuracyReport]) -> Table:
                 _percent(report.memory.exact),
                 _percent(report.time.within_30),
                 _percent(report.time_weighted_deviation),
+                _percent(report.floor_time.mean if report.floor_time else None),
+                _percent(report.floor_time_weighted),
+                _number(report.floor_ratio, 2),
                 f"{report.memory.ops:,} / {report.time.ops:,}",
                 _number(report.profiling_seconds, 0),
                 _number(report.measurement_seconds, 0),
@@ -419,6 +422,9 @@ def accuracy_table(reports: Mapping[str, AccuracyReport]) -> Table:
             "memory exact",
             "time within 30%",
             "time dev. weighted by time",
+            "time noise floor",
+            "floor weighted by time",
+            "time dev. / floor",
             "ops compared (memory / time)",
             "profiling [s]",
             "measuring [s]",
@@ -427,6 +433,9 @@ def accuracy_table(reports: Mapping[str, AccuracyReport]) -> Table:
         notes=(
             "Per op |estimated - measured| / measured, estimated by regression from the small batches, "
             "measured at the predicted batch on this machine's CPU. Memory: output plus temporary bytes. "
+            "Time noise floor: the same per-op deviation between two independent measurements of the "
+            "predicted batch by the same procedure; the prediction's time deviations are then pooled over "
+            "both measurements (tfplace.estimator.accuracy). "
             "Profiling and measuring: seconds the small batches and the predicted batch took when they "
             "were measured (cached profiles keep them)."
         ),

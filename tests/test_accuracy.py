@@ -45,6 +45,25 @@ def test_deviation_is_relative_to_the_measured_value():
     assert report.worst[0][0] == "conv"
 
 
+def test_a_second_measurement_gives_the_noise_floor_and_the_prediction_is_pooled_over_both():
+    # conv predicted 8.1 ms, measured 8.1 and 16.2 ms; add exact in both
+    report = compare_profiles(small_profile(), measured_at_8(8.1e-3), 8, second=measured_at_8(16.2e-3))
+    assert report.time.ops == 2  # each op counted once, its deviations pooled over both measurements
+    assert report.time.mean == pytest.approx((0.0 + 0.5) / 4)
+    # floor: |8.1 - 16.2| / 16.2 = 0.5 and |16.2 - 8.1| / 8.1 = 1.0 for conv, 0 for add
+    assert report.floor_time is not None and report.floor_time.mean == pytest.approx(1.5 / 4)
+    assert report.floor_ratio == pytest.approx(0.125 / 0.375)
+    total = 8.1e-3 + 16.2e-3 + 2 * 16e-6
+    assert report.time_weighted_deviation == pytest.approx(8.1e-3 / total)
+    assert report.floor_time_weighted == pytest.approx(2 * 8.1e-3 / total)
+
+
+def test_without_a_second_measurement_there_is_no_floor():
+    report = compare_profiles(small_profile(), measured_at_8(8.1e-3), 8)
+    assert report.floor_time is None
+    assert math.isnan(report.floor_time_weighted) and math.isnan(report.floor_ratio)
+
+
 def test_memory_deviation_counts_outputs_and_temporary_bytes():
     assert memory_of(OpCost(1.0, (3, 4), 5, 1000)) == 12
     assert memory_of(OpCost(1.0, (3, 4), 5, 1000, ((1, "x", 0),))) == 3 + 5  # slot 1 is x's buffer

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tfplace.estimator.cache import ProfileCache, graph_fingerprint, profile_key
-from tfplace.estimator.profiler import profile_graph
+from tfplace.estimator.profiler import RepeatPolicy, profile_graph
 
 FAST = {"batch_sizes": (1, 2), "warmup_steps": 0, "traced_steps": 1}
 
@@ -70,13 +70,15 @@ def test_ops_the_step_does_not_run_do_not_change_the_key(tmp_path):
 
 
 @pytest.mark.tensorflow
-def test_other_batch_sizes_or_step_counts_miss_the_cache(tmp_path):
+def test_other_batch_sizes_step_counts_or_statistics_miss_the_cache(tmp_path):
     graph, loss = small_graph()
     first = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **FAST)
     other_batches = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **{**FAST, "batch_sizes": (1, 3)})
     other_steps = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **{**FAST, "traced_steps": 2})
-    assert len({first.key, other_batches.key, other_steps.key}) == 3
-    assert not other_batches.from_cache and not other_steps.from_cache
+    median = RepeatPolicy(statistic="median")
+    other_statistic = profile_graph(graph, loss, feeds, cache_dir=tmp_path, repeats=median, **FAST)
+    assert len({first.key, other_batches.key, other_steps.key, other_statistic.key}) == 4
+    assert not other_batches.from_cache and not other_steps.from_cache and not other_statistic.from_cache
 
 
 @pytest.mark.tensorflow

@@ -1,13 +1,14 @@
 """Profiling a tf.Graph at several batch sizes: medians, estimates for unreported ops, feed checks."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 
 from tfplace.estimator import profiler
 from tfplace.estimator.perturb import PERTURB_VARIABLE, TEMPORARY_FACTORS, TIME_FACTORS, cost_factors
-from tfplace.estimator.profiler import TIME_FLOOR, profile_graph
+from tfplace.estimator.profiler import TIME_FLOOR, RepeatPolicy, profile_graph
 from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 pytestmark = pytest.mark.tensorflow
@@ -52,7 +53,7 @@ def test_every_op_of_the_step_is_profiled_at_every_batch_and_initializers_are_no
     assert result.estimated_ops == ()
 
 
-def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch, unperturbed):
+def test_each_op_gets_the_median_over_the_traced_steps_when_asked(monkeypatch, unperturbed):
     times = itertools.cycle([5e-6, 1e-6, 400e-6, 2e-6, 3e-6])
     sizes = itertools.cycle([8, 8, 8000, 8, 8])
 
@@ -62,12 +63,79 @@ def test_each_op_gets_the_median_over_the_traced_steps(monkeypatch, unperturbed)
 
     monkeypatch.setattr(profiler, "collect_op_traces", fake_traces)
     graph, train = dense_graph()
-    result = profile_graph(graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5)
+    median = RepeatPolicy(max_steps=5, statistic="median", outlier_factor=math.inf)
+    result = profile_graph(
+        graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5, repeats=median
+    )
+    assert result.steps == {1: (5, 5), 2: (5, 5)}
     for per_op in result.costs.values():
         for cost in per_op.values():
             assert cost.compute_time == pytest.approx(3e-6)
             assert cost.output_sizes[0] == 8
             assert cost.temporary_bytes == 8
+
+
+class FakeClock:
+    """``perf_counter`` for the profiler: the traced step ``k`` (counted over every batch size, in
+    the order run) takes ``durations[k]`` seconds; every other reading advances nothing."""
+
+    def __init__(self, durations):
+        self.durations = list(durations)
+        self.now = 0.0
+        self.readings = 0
+
+    def perf_counter(self):
+        self.readings += 1
+        # reading 1 starts the profile; then each step reads its start (even) and its end (odd)
+        if self.readings > 1 and self.readings % 2 == 1 and self.durations:
+            self.now += self.durations.pop(0)
+        return self.now
+
+
+def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(monkeypatch, unperturbed):
+    slow = 4  # batch 1's third step, in the order b1, b2, b1, b2, b1, ...
+    calls = itertools.count()
+
+    def traces(metadata, names, inputs=None):
+        seconds = 1e-3 if next(calls) == slow else 1e-5
+        return {name: OpTrace(seconds, (8,), 0, 0, "/device:CPU:0", 1) for name in names}
+
+    monkeypatch.setattr(profiler, "collect_op_traces", traces)
+    monkeypatch.setattr(profiler, "time", FakeClock([0.1 if k != slow else 1.0 for k in range(10)]))
+    graph, train = dense_graph()
+    mean = RepeatPolicy(max_steps=5, statistic="trimmed_mean", trim=0.0)
+    result = profile_graph(
+        graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5, repeats=mean
+    )
+    assert result.steps == {1: (4, 5), 2: (5, 5)}
+    assert [cost.compute_time for cost in result.costs[1].values()] == pytest.approx(
+        [1e-5] * len(result.costs[1])
+    )
+    assert result.step_times == {1: pytest.approx(0.1), 2: pytest.approx(0.1)}
+
+
+def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(monkeypatch, unperturbed):
+    def steady(metadata, names, inputs=None):
+        return {name: OpTrace(1e-5, (8,), 0, 0, "/device:CPU:0", 1) for name in names}
+
+    noise = np.random.default_rng(0)
+
+    def noisy(metadata, names, inputs=None):
+        return {
+            name: OpTrace(1e-5 * noise.uniform(0.5, 1.5), (8,), 0, 0, "/device:CPU:0", 1) for name in names
+        }
+
+    graph, train = dense_graph()
+    policy = RepeatPolicy(max_steps=12, target_error=0.01, outlier_factor=math.inf)
+    taken = {}
+    for name, fake in (("steady", steady), ("noisy", noisy)):
+        monkeypatch.setattr(profiler, "collect_op_traces", fake)
+        result = profile_graph(
+            graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=3, repeats=policy
+        )
+        taken[name] = {b: steps for b, (_, steps) in result.steps.items()}
+        assert all(error >= 0 for errors in result.time_errors.values() for error in errors.values())
+    assert taken == {"steady": {1: 3, 2: 3}, "noisy": {1: 12, 2: 12}}
 
 
 def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed):

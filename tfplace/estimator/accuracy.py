@@ -9,6 +9,19 @@ by profiling the larger batch size too and taking, per op, the relative deviatio
   temporary bytes (the paper: 1.54% on Inception V3),
 - compute time (the paper: 7.99% on Inception V3).
 
+Part of a time deviation is not the method's: two measurements of the same batch differ too. With a
+second, independent measurement of the target batch (the same procedure again: its own session,
+repeats and statistic), the report also gives that **noise floor** and measures the prediction
+against both measurements, symmetrically:
+
+- prediction: the deviations of the prediction from measurement 1 and from measurement 2, pooled
+  (a mean over both);
+- floor: the deviations of measurement 1 from measurement 2 and of 2 from 1, pooled.
+
+The same goes for the time-weighted deviation (summed absolute errors over summed measured times,
+both measurements). A prediction averaging several noisy batch sizes can come below the floor: it
+compares one noisy value with another, the floor two.
+
 :func:`compare_profiles` compares two profiles without TensorFlow; :func:`estimation_accuracy`
 profiles a graph (through the cache) and compares. Ops whose measured value is 0 (or, for time, the
 clamping floor :data:`~tfplace.estimator.profiler.TIME_FLOOR`) have no relative deviation: they are
@@ -21,13 +34,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tfplace.core.costgraph import allocated_output_bytes
-from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, profile_graph
+from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, RepeatPolicy, profile_graph
 from tfplace.estimator.regression import OpCostRegression
 
 __all__ = [
@@ -86,6 +99,14 @@ class AccuracyReport:
         Per-op relative deviations of memory (outputs + temporary) and of compute time.
     time_weighted_deviation : float
         Summed absolute time error over summed measured time: the error a step-time estimate sees.
+    floor_time : DeviationSummary or None
+        Per-op relative time deviations between two measurements of the target batch (the noise
+        floor), when a second measurement was made; the prediction's ``time`` is then pooled over
+        both measurements.
+    floor_time_weighted : float
+        The floor of ``time_weighted_deviation`` (NaN without a second measurement).
+    steps : dict of int to tuple of (int, int)
+        Traced steps kept and taken per batch size, small batches then the target's first measurement.
     sum_predicted_time, sum_measured_time : float
         Seconds summed over the ops compared.
     measured_step_seconds : float
@@ -117,6 +138,16 @@ class AccuracyReport:
     profiling_seconds: float
     measurement_seconds: float
     from_cache: bool
+    floor_time: DeviationSummary | None = None
+    floor_time_weighted: float = float("nan")
+    steps: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def floor_ratio(self) -> float:
+        """The prediction's mean per-op time deviation over the floor's (NaN without a floor)."""
+        if self.floor_time is None or not self.floor_time.mean:
+            return float("nan")
+        return self.time.mean / self.floor_time.mean
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable form."""
@@ -160,8 +191,30 @@ def summarize_deviations(relative: np.ndarray, excluded_zero: int) -> DeviationS
     )
 
 
+def _time_deviations(
+    estimates: Sequence[Mapping[str, OpCost]], references: Sequence[Mapping[str, OpCost]], ops: Sequence[str]
+) -> tuple[DeviationSummary, float]:
+    """Per-op relative time deviations of each of ``estimates`` against the reference beside it,
+    pooled, and the pooled time-weighted deviation. ``ops`` counts the ops once."""
+    pooled, excluded, error, total = [], 0, 0.0, 0.0
+    for estimate, reference in zip(estimates, references):
+        relative, zero = relative_deviations(estimate, reference, ops, lambda c: c.compute_time, TIME_FLOOR)
+        pooled.append(relative)
+        excluded += zero
+        error += sum(abs(estimate[op].compute_time - reference[op].compute_time) for op in ops)
+        total += sum(reference[op].compute_time for op in ops)
+    weighted = error / total if total else float("nan")
+    summary = summarize_deviations(np.concatenate(pooled), excluded // len(references))
+    return replace(summary, ops=summary.ops // len(references)), weighted
+
+
 def compare_profiles(
-    small: ProfileSet, large: ProfileSet, target_batch: int, *, worst: int = 10
+    small: ProfileSet,
+    large: ProfileSet,
+    target_batch: int,
+    *,
+    second: ProfileSet | None = None,
+    worst: int = 10,
 ) -> AccuracyReport:
     """Fit the regression on ``small``, predict ``target_batch`` and compare with ``large``'s costs there.
 
@@ -172,6 +225,9 @@ def compare_profiles(
     large : ProfileSet
         Measured at ``target_batch`` (other batch sizes are ignored).
     target_batch : int
+    second : ProfileSet, optional
+        A second, independent measurement at ``target_batch``: the time deviations are then pooled
+        over both measurements and the report gives the noise floor (module docstring).
     worst : int
         How many ops with the largest absolute time error to list.
 
@@ -184,12 +240,19 @@ def compare_profiles(
     measured = large.costs[target_batch]
     estimated = set(small.estimated_ops) | set(large.estimated_ops)
     partial = set(small.estimated_outputs) | set(large.estimated_outputs)
-    ops = sorted(op for op in measured if op not in estimated)
+    if second is not None:
+        estimated |= set(second.estimated_ops)
+    ops = sorted(
+        op for op in measured if op not in estimated and (second is None or op in second.costs[target_batch])
+    )
     memory_ops = [op for op in ops if op not in partial]
     memory, memory_zero = relative_deviations(predicted, measured, memory_ops, memory_of, 0)
-    times, time_zero = relative_deviations(predicted, measured, ops, lambda c: c.compute_time, TIME_FLOOR)
+    references = [measured] if second is None else [measured, second.costs[target_batch]]
+    time, weighted = _time_deviations([predicted] * len(references), references, ops)
+    floor, floor_weighted = None, float("nan")
+    if second is not None:
+        floor, floor_weighted = _time_deviations(references, references[::-1], ops)
     errors = {op: abs(predicted[op].compute_time - measured[op].compute_time) for op in ops}
-    measured_total = sum(measured[op].compute_time for op in ops)
     fit_of = dict(zip(regression.ops_, regression.time_fit_))
     largest = sorted(ops, key=lambda op: -errors[op])[:worst]
     return AccuracyReport(
@@ -199,16 +262,19 @@ def compare_profiles(
         estimated_ops=len(estimated),
         estimated_outputs=len(partial),
         memory=summarize_deviations(memory, memory_zero),
-        time=summarize_deviations(times, time_zero),
-        time_weighted_deviation=sum(errors.values()) / measured_total if measured_total else float("nan"),
+        time=time,
+        time_weighted_deviation=weighted,
         sum_predicted_time=sum(predicted[op].compute_time for op in ops),
-        sum_measured_time=measured_total,
+        sum_measured_time=sum(measured[op].compute_time for op in ops),
         measured_step_seconds=large.step_times.get(target_batch, float("nan")),
         time_fits=dict(Counter(regression.time_fit_)),
         worst=[(op, fit_of[op], predicted[op].compute_time, measured[op].compute_time) for op in largest],
         profiling_seconds=small.profiling_seconds,
         measurement_seconds=large.profiling_seconds,
         from_cache=small.from_cache and large.from_cache,
+        floor_time=floor,
+        floor_time_weighted=floor_weighted,
+        steps={**small.steps, **large.steps},
     )
 
 
@@ -224,22 +290,29 @@ def estimation_accuracy(
     traced_steps: int = 5,
     cache_dir: str | os.PathLike[str] | None = None,
     worst: int = 10,
+    floor: bool = True,
+    repeats: RepeatPolicy | None = None,
 ) -> AccuracyReport:
     """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
 
-    The two profiles go through :func:`~tfplace.estimator.profiler.profile_graph` with the same
+    The profiles go through :func:`~tfplace.estimator.profiler.profile_graph` with the same
     settings as :func:`tfplace.api.estimate_costs`, so with the same ``cache_dir`` the small-batch
-    profile of a placement is reused and only ``target_batch`` is measured.
+    profile of a placement is reused. With ``floor``, ``target_batch`` is measured a second time,
+    by the same procedure in a session of its own and never from the cache, for the noise floor;
+    the order is target, small batches, target again, so that a slow phase of the machine does not
+    fall on the two target measurements only.
 
     Parameters
     ----------
-    graph, fetches, feed_fn, init_op, warmup_steps, traced_steps, cache_dir
+    graph, fetches, feed_fn, init_op, warmup_steps, traced_steps, cache_dir, repeats
         See :func:`~tfplace.estimator.profiler.profile_graph`.
     profile_batch_sizes : sequence of int
         At least two batch sizes, all smaller than ``target_batch``.
     target_batch : int
     worst : int
         How many ops with the largest absolute time error to list.
+    floor : bool
+        Measure ``target_batch`` twice and report the noise floor.
 
     Returns
     -------
@@ -251,7 +324,7 @@ def estimation_accuracy(
             f"got {list(profile_batch_sizes)}"
         )
 
-    def profile(batch_sizes: Sequence[int]) -> ProfileSet:
+    def profile(batch_sizes: Sequence[int], cache: str | os.PathLike[str] | None = cache_dir) -> ProfileSet:
         return profile_graph(
             graph,
             fetches,
@@ -260,7 +333,11 @@ def estimation_accuracy(
             warmup_steps=warmup_steps,
             traced_steps=traced_steps,
             init_op=init_op,
-            cache_dir=cache_dir,
+            cache_dir=cache,
+            repeats=repeats,
         )
 
-    return compare_profiles(profile(profile_batch_sizes), profile([target_batch]), target_batch, worst=worst)
+    large = profile([target_batch])
+    small = profile(profile_batch_sizes)
+    second = profile([target_batch], cache=None) if floor else None
+    return compare_profiles(small, large, target_batch, second=second, worst=worst)

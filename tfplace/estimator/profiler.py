@@ -13,9 +13,13 @@ Measurement choices (each documented where it is made):
 - graph rewrites: Grappler and the classic graph optimizer are off by default, so that each op
   of the GraphDef runs as itself (fusion would hide ``Conv2D`` inside ``_FusedConv2D`` named after
   its ``Relu``; constant folding and CSE would remove ops) and gets its own measurement;
-- per op, the median over the traced steps (robust to a step disturbed by other processes), the
-  traced steps taken in turns across the batch sizes (a slow phase of the machine then affects
-  every batch size, not one);
+- repeats (:mod:`tfplace.estimator.statistics`, :class:`RepeatPolicy`): the traced steps are
+  taken in turns across the batch sizes (a slow phase of the machine then affects every batch
+  size, not one); a step much slower than the others at its batch size is dropped; per op the
+  mean of the lowest tenth of the kept steps' times (preemption only adds time; or a trimmed mean
+  or the median), with its standard error
+  (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative standard
+  error, weighted by time, is below a target at every batch size, or up to a most;
 - compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
   (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
 - persistent memory is measured once (it does not depend on the batch): variables' buffers from
@@ -43,6 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tfplace.core.costgraph import AliasedOutput
 from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
@@ -53,6 +59,14 @@ from tfplace.estimator.shapes import (
     fit_flop_rate,
     shaped_graph,
     variable_bytes,
+)
+from tfplace.estimator.statistics import (
+    RepeatPolicy,
+    interleaved_rounds,
+    kept_steps,
+    location,
+    standard_error,
+    weighted_relative_error,
 )
 from tfplace.tf_graph.fetches import (
     as_graph,
@@ -70,21 +84,25 @@ __all__ = [
     "TIME_FLOOR",
     "OpCost",
     "ProfileSet",
+    "RepeatPolicy",
     "median_cost",
     "profile_graph",
     "profiling_config",
     "shared_aliases",
+    "time_statistics",
 ]
 
 TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 4
+_PROFILE_FORMAT = 5
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
-passed on. 4: it is the most those nodes held at once, not the sum over the iterations."""
+passed on. 4: it is the most those nodes held at once, not the sum over the iterations. 5: times are a
+robust statistic over a number of steps chosen by their spread, with their standard errors and the
+steps kept and taken."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,12 @@ class ProfileSet:
         Ops that were traced but whose output slots were not all reported (a lowered ``While``):
         those slots' sizes are shape-based estimates.
     step_times : dict of int to float
-        Median wall-clock seconds of a traced step per batch size.
+        Median wall-clock seconds of a kept traced step per batch size.
+    time_errors : dict of int to dict of str to float
+        ``time_errors[batch_size][op]``: the standard error of the op's measured compute time
+        (:func:`~tfplace.estimator.statistics.standard_error`); absent for estimated ops.
+    steps : dict of int to tuple of (int, int)
+        Traced steps kept (not outliers) and taken per batch size.
     devices : dict of str to str
         The device each traced op ran on (at the largest batch size).
     fetches : tuple of str
@@ -158,6 +181,8 @@ class ProfileSet:
     estimated_ops: tuple[str, ...] = ()
     estimated_outputs: tuple[str, ...] = ()
     step_times: dict[int, float] = field(default_factory=dict)
+    time_errors: dict[int, dict[str, float]] = field(default_factory=dict)
+    steps: dict[int, tuple[int, int]] = field(default_factory=dict)
     devices: dict[str, str] = field(default_factory=dict)
     fetches: tuple[str, ...] = ()
     key: str = ""
@@ -176,6 +201,8 @@ class ProfileSet:
             "estimated_ops": list(self.estimated_ops),
             "estimated_outputs": list(self.estimated_outputs),
             "step_times": {str(b): t for b, t in self.step_times.items()},
+            "time_errors": {str(b): errors for b, errors in self.time_errors.items()},
+            "steps": {str(b): list(counts) for b, counts in self.steps.items()},
             "devices": self.devices,
             "fetches": list(self.fetches),
             "key": self.key,
@@ -195,6 +222,11 @@ class ProfileSet:
             estimated_ops=tuple(document["estimated_ops"]),
             estimated_outputs=tuple(document["estimated_outputs"]),
             step_times={int(b): float(t) for b, t in document["step_times"].items()},
+            time_errors={
+                int(b): {op: float(e) for op, e in errors.items()}
+                for b, errors in document["time_errors"].items()
+            },
+            steps={int(b): (int(kept), int(taken)) for b, (kept, taken) in document["steps"].items()},
             devices=dict(document["devices"]),
             fetches=tuple(document["fetches"]),
             key=str(document["key"]),
@@ -304,10 +336,71 @@ def median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]
     return compute, sizes, temporary
 
 
+def time_statistics(
+    steps: Sequence[Mapping[str, OpTrace]], policy: RepeatPolicy
+) -> dict[str, tuple[float, float]]:
+    """Per op, ``policy``'s statistic of its compute time over ``steps`` (at least
+    :data:`TIME_FLOOR`) and that statistic's standard error
+    (:mod:`tfplace.estimator.statistics`)."""
+    by_op: dict[str, list[float]] = {}
+    for step in steps:
+        for op, trace in step.items():
+            by_op.setdefault(op, []).append(trace.compute_time)
+    by_count: dict[int, list[str]] = {}
+    for op, values in by_op.items():
+        by_count.setdefault(len(values), []).append(op)
+    result: dict[str, tuple[float, float]] = {}
+    for ops in by_count.values():
+        matrix = np.array([by_op[op] for op in ops])
+        times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
+        errors = standard_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
+        result.update(zip(ops, zip(times.tolist(), errors.tolist())))
+    return result
+
+
+@dataclass
+class _BatchSteps:
+    """The traced steps of one batch size: each step's traces and wall-clock seconds."""
+
+    traces: list[dict[str, OpTrace]] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+
+    def kept(self, policy: RepeatPolicy) -> list[int]:
+        """Indices of the steps that are not outliers (:func:`~tfplace.estimator.statistics.kept_steps`)."""
+        return [i for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
+
+    def relative_error(self, policy: RepeatPolicy) -> tuple[int, float]:
+        """Steps kept, and the time-weighted relative standard error of the op times over them."""
+        kept = self.kept(policy)
+        stats = np.array(list(time_statistics([self.traces[i] for i in kept], policy).values()))
+        if not stats.size:
+            return len(kept), 0.0
+        return len(kept), weighted_relative_error(stats[:, 0], stats[:, 1])
+
+
 @dataclass
 class _BatchMeasurement:
     traces: dict[str, list[OpTrace]]
+    times: dict[str, tuple[float, float]]
     step_time: float
+    kept: int
+    taken: int
+
+
+def _summarize(steps: _BatchSteps, policy: RepeatPolicy) -> _BatchMeasurement:
+    """The kept steps of one batch size: each op's traces, time statistic and the median step."""
+    kept = steps.kept(policy)
+    traces: dict[str, list[OpTrace]] = {}
+    for i in kept:
+        for op, trace in steps.traces[i].items():
+            traces.setdefault(op, []).append(trace)
+    return _BatchMeasurement(
+        traces=traces,
+        times=time_statistics([steps.traces[i] for i in kept], policy),
+        step_time=statistics.median(steps.wall[i] for i in kept),
+        kept=len(kept),
+        taken=len(steps.wall),
+    )
 
 
 def _measure(
@@ -318,17 +411,19 @@ def _measure(
     config: Any,
     warmup_steps: int,
     traced_steps: int,
+    policy: RepeatPolicy,
     op_inputs: Mapping[str, Sequence[tuple[str, int]]],
 ) -> dict[int, _BatchMeasurement]:
-    """One session, initialized once and warmed up at every batch size; then traced steps taken in
-    turns.
+    """One session, initialized once and warmed up at every batch size; then rounds of traced
+    steps, one step per unfinished batch size each (:func:`~tfplace.estimator.statistics.interleaved_rounds`),
+    until :meth:`RepeatPolicy.done` says every batch size has enough.
 
-    The traced steps go round the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one
-    batch size after another: when other processes slow the machine down for a while, every batch
-    size gets some slow steps, instead of one batch size measuring slow throughout, which would
-    bend the regression on the batch size. The batch sizes share one session, so the variables
-    (and optimizer slots) are held once: a session per batch size would multiply the memory of a
-    large model's profile by the number of batch sizes.
+    The rounds go across the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one batch
+    size after another: when other processes slow the machine down for a while, every batch size
+    gets some slow steps, instead of one batch size measuring slow throughout, which would bend the
+    regression on the batch size. The batch sizes share one session, so the variables (and
+    optimizer slots) are held once: a session per batch size would multiply the memory of a large
+    model's profile by the number of batch sizes.
     """
     import tensorflow as tf
 
@@ -336,28 +431,32 @@ def _measure(
     iterator_ops = {
         op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
     }
-    traces: dict[int, dict[str, list[OpTrace]]] = {b: {} for b in feeds}
-    wall: dict[int, list[float]] = {b: [] for b in feeds}
+    steps = {b: _BatchSteps() for b in feeds}
+    done = {b: False for b in feeds}
+    most = policy.most_steps(traced_steps)
     with tf.compat.v1.Session(graph=graph, config=config) as session:
         if initializer:
             session.run(initializer)
         for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
             for _ in range(warmup_steps):
                 session.run(fetches, feed_dict=feed)
-        with Progress("profiling traced steps", traced_steps * len(feeds)) as progress:
-            for step in range(traced_steps):
-                for b, feed in feeds.items():
+        with Progress("profiling traced steps", most * len(feeds)) as progress:
+            while not all(done.values()):
+                for b in interleaved_rounds(list(feeds), done):
                     metadata = tf.compat.v1.RunMetadata()
                     start = time.perf_counter()
                     with filtered_native_stderr():
-                        session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
-                    wall[b].append(time.perf_counter() - start)
-                    for op, trace in collect_op_traces(metadata, op_inputs, op_inputs).items():
-                        traces[b].setdefault(op, []).append(trace)
-                    if step == 0:
+                        session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
+                    steps[b].wall.append(time.perf_counter() - start)
+                    steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
+                    if len(steps[b].wall) == 1:
                         _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
-                    progress.advance(f"batch {b}, step {step + 1}/{traced_steps}")
-    return {b: _BatchMeasurement(traces=traces[b], step_time=statistics.median(wall[b])) for b in feeds}
+                    progress.advance(f"batch {b}, step {len(steps[b].wall)}")
+                for b in feeds:
+                    if not done[b]:
+                        kept, error = steps[b].relative_error(policy)
+                        done[b] = policy.done(kept, len(steps[b].wall), traced_steps, error)
+    return {b: _summarize(steps[b], policy) for b in feeds}
 
 
 def _batch(item: tuple[int, Any]) -> str:
@@ -375,13 +474,16 @@ def profile_graph(
     config: Any = None,
     init_op: Any = None,
     cache_dir: Any = None,
+    repeats: RepeatPolicy | None = None,
 ) -> ProfileSet:
     """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
 
     One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
-    ``traced_steps`` steps per batch size with ``RunOptions(trace_level=FULL_TRACE)``, taken in
-    turns across the batch sizes; per op the median over its traced steps. Ops the fetches need that
-    no trace reports get shape-based estimates and are listed in ``estimated_ops``.
+    rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
+    ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
+    the others are dropped; per op a robust statistic of its time over the kept steps (by default the
+    mean of the lowest tenth), the median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
+    are listed in ``estimated_ops``.
 
     Parameters
     ----------
@@ -394,7 +496,7 @@ def profile_graph(
     batch_sizes : sequence of int
         Small enough for one device.
     warmup_steps, traced_steps : int
-        Untraced steps first (allocations, kernel caches), then traced steps (at least 1).
+        Untraced steps first (allocations, kernel caches), then the fewest traced steps (at least 1).
     config : tf.compat.v1.ConfigProto, optional
         See :func:`profiling_config`.
     init_op : op or name, optional
@@ -403,6 +505,11 @@ def profile_graph(
     cache_dir : str or os.PathLike, optional
         Where profiles are cached (:mod:`tfplace.estimator.cache`); a profile with the same key is
         returned without running TensorFlow. ``None`` or ``""``: no cache.
+    repeats : RepeatPolicy, optional
+        The most traced steps, the target relative error, the statistic and the outlier factor
+        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
+        ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
+        ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns
     -------
@@ -416,6 +523,7 @@ def profile_graph(
     import tensorflow as tf
 
     started = time.perf_counter()
+    policy = repeats if repeats is not None else RepeatPolicy()
     sizes = tuple(sorted({int(b) for b in batch_sizes}))
     if not sizes or sizes[0] < 1:
         raise ValueError(f"batch sizes must be positive integers, got {list(batch_sizes)}")
@@ -441,6 +549,7 @@ def profile_graph(
         },
         "warmup_steps": warmup_steps,
         "traced_steps": traced_steps,
+        "repeats": policy.settings(),
         "config": session_config.SerializeToString(deterministic=True).hex(),
         "init": sorted(op.name for op in initializer),
         "tensorflow": tf.__version__,
@@ -460,7 +569,7 @@ def profile_graph(
 
     inputs = {op.name: [(tensor.op.name, tensor.value_index) for tensor in op.inputs] for op in needed}
     measured = _measure(
-        graph, fetched, feeds, initializer, session_config, warmup_steps, traced_steps, inputs
+        graph, fetched, feeds, initializer, session_config, warmup_steps, traced_steps, policy, inputs
     )
     profile = _assemble(graph, needed, measured, {b: feeds[b] for b in sizes})
     if perturbation is not None:
@@ -479,7 +588,8 @@ def _assemble(
     measured: Mapping[int, _BatchMeasurement],
     feeds: Mapping[int, Mapping[str, Any]],
 ) -> ProfileSet:
-    """Medians per op, persistent memory once, shape-based estimates for what traces missed."""
+    """Time statistics and memory medians per op, persistent memory once, shape-based estimates
+    for what traces missed."""
     sizes = tuple(sorted(measured))
     first = measured[sizes[0]].traces
     persistent = {op: int(statistics.median(t.persistent_bytes for t in first[op])) for op in first}
@@ -497,7 +607,8 @@ def _assemble(
     for b in sizes:
         per_op: dict[str, OpCost] = {}
         for op, traces in measured[b].traces.items():
-            compute, outputs, temporary = median_cost(traces)
+            _, outputs, temporary = median_cost(traces)
+            compute = measured[b].times[op][0]
             per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), shared_aliases(traces))
         if missing or partial:
             _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
@@ -509,6 +620,8 @@ def _assemble(
         estimated_ops=tuple(missing),
         estimated_outputs=tuple(partial),
         step_times={b: m.step_time for b, m in measured.items()},
+        time_errors={b: {op: error for op, (_, error) in m.times.items()} for b, m in measured.items()},
+        steps={b: (m.kept, m.taken) for b, m in measured.items()},
         devices={op: traces[-1].device for op, traces in largest.items()},
     )
 

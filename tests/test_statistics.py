@@ -1,0 +1,146 @@
+"""Robust per-op statistics over repeated steps: interleaving, outlier steps, trimmed means, stopping."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tfplace.estimator.statistics import (
+    RepeatPolicy,
+    interleaved_rounds,
+    kept_steps,
+    location,
+    standard_error,
+    weighted_relative_error,
+)
+
+
+def schedule(batch_sizes, steps_needed):
+    """The batch sizes in the order the profiler's rounds measure them, each until it has its steps."""
+    taken = dict.fromkeys(batch_sizes, 0)
+    order = []
+    while any(taken[b] < steps_needed[b] for b in batch_sizes):
+        done = {b: taken[b] >= steps_needed[b] for b in batch_sizes}
+        for b in interleaved_rounds(batch_sizes, done):
+            order.append(b)
+            taken[b] += 1
+    return order
+
+
+def test_interleaved_repeats_visit_every_batch_before_repeating_one():
+    assert schedule([1, 2, 4], {1: 3, 2: 3, 4: 3}) == [1, 2, 4, 1, 2, 4, 1, 2, 4]
+
+
+def test_a_batch_size_that_has_enough_steps_leaves_the_rounds_and_the_others_go_on():
+    assert schedule([1, 2, 4], {1: 1, 2: 3, 4: 2}) == [1, 2, 4, 2, 4, 2]
+
+
+def test_a_step_far_slower_than_the_others_median_is_dropped():
+    assert kept_steps([0.10, 0.11, 0.35, 0.09, 0.10], outlier_factor=1.5) == [True, True, False, True, True]
+
+
+def test_steps_within_the_factor_are_all_kept():
+    assert kept_steps([0.10, 0.14, 0.12, 0.09], outlier_factor=1.5) == [True] * 4
+
+
+def test_with_fewer_than_three_steps_every_step_is_kept():
+    assert kept_steps([0.1, 5.0], outlier_factor=1.5) == [True, True]
+
+
+def test_the_trimmed_mean_ignores_a_preempted_repeat_of_an_op():
+    values = np.array([[10.0, 11.0, 9.0, 10.0, 400.0, 10.0, 11.0, 9.0]])
+    assert location(values, "trimmed_mean", 0.25)[0] == pytest.approx(10.25)
+    assert location(values, "median", 0.25)[0] == pytest.approx(10.0)
+    assert location(values, "trimmed_mean", 0.0)[0] > 50  # the plain mean does not
+
+
+def test_the_lower_mean_averages_the_lowest_tenth_and_at_least_two_values():
+    values = np.array(
+        [
+            [
+                12.0,
+                10.0,
+                30.0,
+                11.0,
+                10.5,
+                55.0,
+                13.0,
+                10.2,
+                14.0,
+                12.5,
+                11.5,
+                10.1,
+                16.0,
+                20.0,
+                15.0,
+                10.3,
+                17,
+                18,
+                19,
+                21,
+            ]
+        ]
+    )
+    assert location(values, "lower_mean", lower_fraction=0.1)[0] == pytest.approx((10.0 + 10.1) / 2)
+    assert location(values[:, :5], "lower_mean", lower_fraction=0.1)[0] == pytest.approx((10.0 + 10.5) / 2)
+    assert location(values, "lower_mean", lower_fraction=1.0)[0] == pytest.approx(values.mean())
+
+
+def test_preemption_that_delays_most_repeats_of_an_op_moves_the_median_but_not_the_lower_mean():
+    generator = np.random.default_rng(3)
+    own = 1e-3 * (1 + generator.uniform(0, 0.02, size=(1, 30)))
+    preempted = own + (generator.uniform(size=own.shape) < 0.75) * 4e-3
+    assert location(preempted, "median")[0] > 4e-3
+    assert location(preempted, "lower_mean")[0] == pytest.approx(1e-3, rel=0.02)
+
+
+def test_identical_repeats_have_no_standard_error_and_one_repeat_none_either():
+    for statistic in ("median", "trimmed_mean", "lower_mean"):
+        assert standard_error(np.full((2, 6), 3e-6), statistic, 0.25).tolist() == [0.0, 0.0]
+        assert standard_error(np.array([[1.0]]), statistic, 0.25).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("statistic, fraction", [("median", 0.1), ("trimmed_mean", 0.1), ("lower_mean", 0.3)])
+def test_the_standard_error_matches_the_spread_of_the_statistic_over_samples(statistic, fraction):
+    generator = np.random.default_rng(7)
+    samples = generator.normal(1.0, 0.1, size=(4000, 20))
+    estimated = standard_error(samples, statistic, 0.25, fraction).mean()
+    actual = location(samples, statistic, 0.25, fraction).std()
+    assert estimated == pytest.approx(actual, rel=0.25)
+
+
+def test_the_relative_error_weights_each_op_by_its_time():
+    times = np.array([1.0, 1e-3])
+    errors = np.array([0.01, 1e-3])  # 1% on the long op, 100% on the short one
+    assert weighted_relative_error(times, errors) == pytest.approx(0.011 / 1.001)
+    assert weighted_relative_error(np.zeros(2), np.zeros(2)) == 0.0
+
+
+def test_repeats_stop_at_the_target_error_after_the_fewest_steps_or_at_the_most():
+    policy = RepeatPolicy(max_steps=10, target_error=0.01)
+    assert not policy.done(kept=3, taken=3, min_steps=5, relative_error=0.001)
+    assert policy.done(kept=5, taken=5, min_steps=5, relative_error=0.009)
+    assert not policy.done(kept=7, taken=8, min_steps=5, relative_error=0.02)
+    assert policy.done(kept=7, taken=10, min_steps=5, relative_error=0.02)
+    assert RepeatPolicy(max_steps=1).done(kept=3, taken=5, min_steps=5, relative_error=1.0)
+    assert RepeatPolicy().most_steps(5) == 10 and RepeatPolicy(max_steps=8).most_steps(5) == 8
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"statistic": "mean"}, "statistic"),
+        ({"trim": 0.5}, "trim"),
+        ({"lower_fraction": 0.0}, "lower_fraction"),
+        ({"outlier_factor": 1.0}, "outlier_factor"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"target_error": -0.1}, "target_error"),
+    ],
+)
+def test_a_bad_repeat_policy_is_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        RepeatPolicy(**fields)
+
+
+def test_the_policy_settings_are_json_ready_also_with_no_outlier_dropping():
+    assert RepeatPolicy(outlier_factor=math.inf).settings()["outlier_factor"] == "inf"
