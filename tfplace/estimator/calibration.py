@@ -35,20 +35,27 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
 from tfplace.core.transfer import TransferModel
 
 __all__ = [
+    "DEFAULT_CHAIN_OPS",
     "DEFAULT_COUNTS",
     "DEFAULT_SIZES",
     "calibrate_copy_cpu",
+    "calibrate_cpu",
     "calibrate_local_cluster",
+    "calibrate_op_overhead",
     "calibrate_step_overhead",
     "calibrate_transfer",
+    "fit_op_overhead",
     "latency_from_counts",
     "overhead_per_host",
+    "profiled_run_config",
     "time_concurrent_transfers",
+    "time_op_chains",
     "time_step_overheads",
     "time_transfers",
 ]
@@ -61,6 +68,9 @@ DEFAULT_COUNTS: tuple[int, ...] = (1, 4, 16)
 
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
+
+DEFAULT_CHAIN_OPS: tuple[int, ...] = (100, 400, 800)
+"""Lengths of the chains of small ops :func:`calibrate_op_overhead` times."""
 
 
 def time_transfers(
@@ -423,3 +433,172 @@ def calibrate_local_cluster(
     copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
     link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
     return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
+
+
+def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any:
+    """A session config whose untraced steps run the graph the profiler timed, as it timed it.
+
+    The profiler (:func:`tfplace.estimator.profiler.profiling_config`) runs the GraphDef's own ops
+    (Grappler and the classic optimizer off) with one intra-op thread; real steps under this config
+    do too, so that the simulated and the real step run the same ops. ``virtual_cpus`` devices
+    ``/device:CPU:i`` share ``inter_op_threads``; soft placement is off (a misplaced op is an
+    error). On a cluster, clear ``device_count``: the workers' threads are their servers'.
+    """
+    from tfplace.estimator.profiler import profiling_config
+
+    config = profiling_config()
+    config.device_count["CPU"] = virtual_cpus
+    config.inter_op_parallelism_threads = inter_op_threads
+    config.allow_soft_placement = False
+    return config
+
+
+def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
+    """A graph computing a chain of about ``ops`` small ops on ``device`` from a variable:
+    element-wise ops that update their input in place, reshapes that forward it and reductions
+    that allocate a new tensor, with their constants, as a training step's small ops. Returns the
+    graph, the fetch and the initializer."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(device):
+        x = tf.compat.v1.Variable(tf.ones([64]), name="chain_input").read_value()
+        for i in range(ops // 2):
+            kind = i % 4
+            if kind == 0:
+                x = tf.math.multiply(x, 0.5)
+            elif kind == 1:
+                x = tf.math.add(x, 1.0)
+            elif kind == 2:
+                x = tf.reshape(x, [64, 1])
+            else:
+                x = tf.math.reduce_max(x, axis=1)
+        fetch = tf.math.reduce_sum(x, name="chain_end")
+        initializer = tf.compat.v1.global_variables_initializer()
+    return graph, fetch, initializer
+
+
+def time_op_chains(
+    ops: Sequence[int],
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    repeats: int = 20,
+) -> list[tuple[int, float, float]]:
+    """Per chain of about ``ops`` ops, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
+    step in this process records and their times summed, as the profiler measures them, and the
+    seconds of a whole untraced step on ``device`` under ``config`` at ``target``. The chains and
+    the two kinds of step are timed in turns; each figure is the smallest of ``repeats``, since
+    other processes on the machine only ever add time (a step of a few thousand small ops lasts
+    about a scheduler time slice)."""
+    import tensorflow as tf
+
+    from tfplace.estimator.profiler import profiling_config
+    from tfplace.tf_graph.step_stats import node_compute_time
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for count in ops:
+            graph, fetch, initializer = _op_chain(count, "/device:CPU:0")
+            session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=profiling_config()))
+            session.run(initializer)
+            graph, remote_fetch, initializer = _op_chain(count, device)
+            remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
+            remote.run(initializer)
+            runs.append((session, fetch, remote, remote_fetch))
+        records = [0] * len(ops)
+        traced: list[list[float]] = [[] for _ in ops]
+        untraced: list[list[float]] = [[] for _ in ops]
+        for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
+            for i, (session, fetch, remote, remote_fetch) in enumerate(runs):
+                metadata = tf.compat.v1.RunMetadata()
+                session.run(fetch, options=trace, run_metadata=metadata)
+                seconds = _timed(remote, remote_fetch)
+                if repeat < 2:  # warm-up
+                    continue
+                nodes = [
+                    node
+                    for dev in metadata.step_stats.dev_stats
+                    for node in dev.node_stats
+                    if not node.node_name.startswith("_SOURCE")
+                ]
+                records[i] = len(nodes)
+                traced[i].append(sum(node_compute_time(node) for node in nodes))
+                untraced[i].append(seconds)
+    return [(count, min(t), min(u)) for count, t, u in zip(records, traced, untraced)]
+
+
+def fit_op_overhead(
+    ops: Sequence[int], traced: Sequence[float], untraced: Sequence[float]
+) -> tuple[float, float]:
+    """``(op_overhead, step_overhead)``: the least-squares line of what an untraced step takes
+    beyond its ops' traced times, ``untraced - traced = step_overhead + op_overhead * ops``; the
+    step overhead is at least 0."""
+    if len(set(ops)) < 2:
+        raise ValueError(f"the per-op overhead needs chains of at least two lengths, got {list(ops)}")
+    x = np.asarray(ops, dtype=float)
+    extra = np.asarray(untraced, dtype=float) - np.asarray(traced, dtype=float)
+    slope, intercept = np.polyfit(x, extra, 1)
+    if intercept < 0:  # no step costs less than its ops: through the origin
+        return float(np.dot(x, extra) / np.dot(x, x)), 0.0
+    return float(slope), float(intercept)
+
+
+def calibrate_op_overhead(
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+    repeats: int = 20,
+) -> tuple[float, float]:
+    """``(op_overhead, step_overhead)`` of real steps on ``device`` (:class:`CpuProcessModel`):
+    chains of ``ops`` small ops timed traced and untraced (:func:`time_op_chains`), fitted by
+    :func:`fit_op_overhead`. A chain has no two ops ready at once, so the inter-op threads do not
+    enter."""
+    times = time_op_chains(ops, target=target, config=config, device=device, repeats=repeats)
+    return fit_op_overhead(*zip(*times))
+
+
+def calibrate_cpu(
+    *,
+    workers: int = 2,
+    virtual_threads: int | None = None,
+    repeats: int = 20,
+    chain_ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+) -> CpuCalibration:
+    """Calibrate this machine's CPU device model (:class:`~tfplace.core.device_model.CpuCalibration`).
+
+    ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
+    ``virtual_threads`` inter-op threads (default: the machine's cores), their per-op and per-step
+    overhead (:func:`calibrate_op_overhead`) and the hand-off between them
+    (:func:`calibrate_transfer`). ``"loopback"`` (with ``workers`` >= 1): a
+    :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
+    step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
+    """
+    import socket
+
+    from tfplace.tf_graph.cluster import LocalCluster
+
+    cores = os.cpu_count() or 1
+    threads = virtual_threads or cores
+    config = profiled_run_config(2, threads)
+    op_overhead, step_overhead = calibrate_op_overhead(config=config, ops=chain_ops, repeats=repeats)
+    link = calibrate_transfer("/device:CPU:0", "/device:CPU:1", config=config, repeats=repeats)
+    processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, link)}
+    if workers >= 1:
+        remote = profiled_run_config()
+        remote.ClearField("device_count")
+        with LocalCluster(workers) as cluster:
+            op_overhead, _ = calibrate_op_overhead(
+                target=cluster.target, config=remote, device=cluster.device(0), ops=chain_ops, repeats=repeats
+            )
+            devices = calibrate_local_cluster(cluster, 1 << 40, repeats=repeats)
+            processes["loopback"] = CpuProcessModel(
+                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host
+            )
+    return CpuCalibration(socket.gethostname(), cores, processes)
