@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -119,14 +120,14 @@ def device_names(kind: str, count: int) -> list[str]:
 def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str, Any]:
     """Each placer's placement of the step, extended to every op of ``structure``.
 
-    DFS-TOPO fills a device up to its memory: it gets devices of 55% of the step's memory each,
-    so that it splits the step into two contiguous parts (a whole-op split placement).
+    DFS-TOPO fills a device up to its memory: it gets devices of 55% of the step's simulated peak
+    on one device each, so that it splits the step into contiguous parts (a whole-op split
+    placement).
     """
     from tfplace.api import place_costs
     from tfplace.core.devices import Device
-    from tfplace.core.indexed import index_graph
 
-    total = int(index_graph(cost_graph, devices.typical_link).memory.sum())
+    total = int(simulated(cost_graph, dict.fromkeys(cost_graph, devices.names[0]), devices).peak_memory[0])
     result = {}
     for name in names:
         placed_on = devices
@@ -139,6 +140,14 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
         placement.devices = devices
         result[name] = placement
     return result
+
+
+def simulated(cost_graph, assignment, devices):
+    """The simulated step of ``assignment``, the devices following TensorFlow's CPU executor."""
+    from tfplace.core.device_model import inline_ops
+    from tfplace.simulator import simulate
+
+    return simulate(cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph))
 
 
 def variable_bytes(graph, placement) -> dict[str, int]:
@@ -159,16 +168,61 @@ def variable_bytes(graph, placement) -> dict[str, int]:
 
 
 def allocator_peaks(spec, placement, run_metadata) -> dict[str, int]:
-    """Per device (by placement name), the step's allocation peak plus its resident variables."""
+    """Per device (by placement name), the most bytes its allocator held at once in a traced step
+    (:func:`allocation_changes`) plus the variables resident on it (:func:`variable_bytes`)."""
     from tfplace.core.devices import DeviceName
-    from tfplace.tf_graph.step_stats import allocation_peaks
 
-    by_spec = {DeviceName.parse(d): peak for d, peak in allocation_peaks(run_metadata).items()}
     resident = variable_bytes(spec.graph, placement)
-    return {
-        name: by_spec.get(DeviceName.parse(name), 0) + resident.get(name, 0)
-        for name in placement.devices.names
-    }
+    changes = allocation_changes(spec.graph, run_metadata)
+    peaks = {}
+    for name in placement.devices.names:
+        in_use = peak = 0
+        for _, nbytes in sorted(changes.get(DeviceName.parse(name), ())):
+            in_use += nbytes
+            peak = max(peak, in_use)
+        peaks[name] = peak + resident.get(name, 0)
+    return peaks
+
+
+_RECEIVED = re.compile(r"edge_\d+_(?P<tensor>\S+) from \S+ to \S+$")
+
+
+def allocation_changes(graph, run_metadata) -> dict[Any, list[tuple[int, int]]]:
+    """Per device, ``(microseconds, bytes)`` of every allocation (> 0) and free (< 0) in the step.
+
+    The kernels' allocation records (:func:`tfplace.tf_graph.step_stats.allocation_peaks` sums
+    the same), and the tensors a worker received over gRPC, which the RPC layer allocates outside
+    any kernel, so that no record has them: each from its ``RecvTensor`` record to the end of its
+    producer's last consumer on the receiving device in the trace.
+    """
+    from tfplace.core.devices import DeviceName
+
+    changes: dict[Any, list[tuple[int, int]]] = {}
+    ends: dict[tuple[Any, str], int] = {}
+    received = []
+    for dev_stats in run_metadata.step_stats.dev_stats:
+        device = DeviceName.parse(dev_stats.device)
+        for node in dev_stats.node_stats:
+            for memory in node.memory:
+                changes.setdefault(device, []).extend(
+                    (int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records
+                )
+            end = int(node.all_start_micros + node.all_end_rel_micros)
+            ends[device, node.node_name] = max(ends.get((device, node.node_name), 0), end)
+            match = _RECEIVED.search(node.timeline_label) if node.node_name == "RecvTensor" else None
+            if match and node.output:
+                nbytes = int(node.output[0].tensor_description.allocation_description.requested_bytes)
+                producer = match.group("tensor").split(":")[0]
+                received.append((device, producer, int(node.all_start_micros), end, nbytes))
+    for device, producer, start, end, nbytes in received:
+        try:
+            outputs = graph.get_operation_by_name(producer).outputs
+        except KeyError:  # a fetch or feed of the session: no consumer in the graph
+            outputs = []
+        consumers = [consumer.name for output in outputs for consumer in output.consumers()]
+        freed = max([end] + [ends.get((device, c), 0) for c in consumers])
+        changes.setdefault(device, []).extend([(start, nbytes), (freed, -nbytes)])
+    return changes
 
 
 def run_once(spec, batch: int, placement, kind: str, cluster, calibration, loads: list[str]):
@@ -208,7 +262,6 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     than one a lot."""
     from models import build_model
     from tfplace.api import estimate_costs
-    from tfplace.simulator import simulate
 
     knobs, batch = MODEL_SIZES[name]
     spec = build_model(name, **knobs)
@@ -229,7 +282,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     placed = placements(cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements)
     rows = {}
     for placer, placement in placed.items():
-        result = simulate(cost_graph, {op: placement.assignment[op] for op in cost_graph}, devices)
+        result = simulated(cost_graph, {op: placement.assignment[op] for op in cost_graph}, devices)
         used = sorted({placement.assignment[op] for op in cost_graph})
         rows[placer] = {
             "model": name,
@@ -240,6 +293,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             "simulated_s": result.makespan,
             "simulated_peaks": {d: int(result.peak_memory[devices.index(d)]) for d in used},
             "runs": [],
+            "allocator_runs": [],
             "loads": [],
         }
     for _ in range(FLAGS.repeats):
@@ -247,16 +301,21 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             row = rows[placer]
             report = run_once(spec, batch, placement, kind, cluster, calibration, row["loads"])
             row["runs"].append(report.median_step_time)
-            row["allocator_peaks"] = allocator_peaks(spec, placement, report.run_metadata[-1])
+            row["allocator_runs"].append(allocator_peaks(spec, placement, report.run_metadata[-1]))
     for row in rows.values():
         finish_row(row)
     return list(rows.values())
 
 
 def finish_row(row: dict[str, Any]) -> None:
-    """The measured time, the errors, and the memory of the device with the largest simulated peak."""
+    """The measured time, the errors, and the memory of the device with the largest simulated peak
+    (the allocator's peak: the median over the runs)."""
     row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
     row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
+    # with several inter-op threads the order of the ops, and so the peak, varies from run to run
+    row["allocator_peaks"] = {
+        d: statistics.median(run[d] for run in row["allocator_runs"]) for d in row["used"]
+    }
     fullest = max(row["used"], key=lambda d: row["simulated_peaks"][d])
     row["simulated_peak_mb"] = row["simulated_peaks"][fullest] / MB
     row["allocator_peak_mb"] = row["allocator_peaks"][fullest] / MB

@@ -333,7 +333,7 @@ class CpuCalibration:
     def device_set(self, names: Sequence[str], memory: int | Sequence[int]) -> DeviceSet:
         """The CPU devices ``names`` (all of one kind, which their names tell) of ``memory``
         bytes each (or one size per device), with the calibrated link, step overhead, inter-op
-        threads and the machine's cores."""
+        threads and the machine's cores; virtual CPUs share their process's memory."""
         kind = cpu_kind(names)
         model = self.process(kind)
         sizes = [memory] * len(names) if isinstance(memory, int) else list(memory)
@@ -344,6 +344,7 @@ class CpuCalibration:
             step_overhead=model.step_overhead,
             cores=self.cores,
             host_threads=model.threads,
+            shared_host_memory=kind == "virtual",
             **link,  # type: ignore[arg-type]
         )
 

@@ -147,6 +147,11 @@ class DeviceSet:
         thread pool, which the virtual CPUs of one process share and which lets one CPU device run
         several ops at once. ``0`` (the default) runs one op at a time on each device (a GPU's
         compute stream).
+    shared_host_memory : bool
+        ``True`` when the devices of a host share its memory (the virtual CPUs of one process): a
+        tensor sent between two of them is handed over, not copied, so it stays in the sender's
+        memory until its consumers on both devices are done. ``False`` (the default) gives the
+        receiver a copy (GPUs, processes).
     """
 
     devices: tuple[Device, ...]
@@ -156,6 +161,7 @@ class DeviceSet:
     step_overhead: float = 0.0
     cores: int = 0
     host_threads: int = 0
+    shared_host_memory: bool = False
     fallback_cpus: tuple[Device, ...] = field(init=False, repr=False, compare=False)
     _specs: tuple[DeviceName, ...] = field(init=False, repr=False, compare=False)
     _index: dict[DeviceName, int] = field(init=False, repr=False, compare=False)

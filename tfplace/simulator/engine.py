@@ -58,7 +58,8 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    instead the input's buffer (or the copy received on the op's device) is kept until that slot
    would have been freed, so a buffer lives as long as any tensor that is it is in use. A received
    tensor is allocated on the receiver when its transfer starts and freed when its last consumer
-   there ends. Frees at a moment happen before the allocations of ops and transfers starting then.
+   there ends; with ``devices.shared_host_memory`` a tensor received from a device of the same
+   host is the sender's buffer instead, kept until its last consumer on either device ends. Frees at a moment happen before the allocations of ops and transfers starting then.
    The first time a device holds more than ``devices.memory_of(d)``, an :class:`OomEvent`
    names the op whose start (or received tensor) crossed the limit; the simulation goes on.
 5. **Step overhead.** The framework's own work per step (starting each host's part of the step
