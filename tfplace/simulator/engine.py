@@ -495,7 +495,7 @@ class _Run:
                     continue
                 t, receiving = divmod(u - n, 2)
                 if receiving:
-                    allocate(d, plan.nbytes[t], now, plan.producer[t], "receive")
+                    allocate(d, buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                     heappush(events, (now + duration[t], _RECEIVE_END, t))
                     continue
                 sent_at[t] = now
@@ -510,7 +510,7 @@ class _Run:
             while receptions and idle_cores:
                 t = heappop(receptions)[1]
                 idle_cores -= 1
-                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                 heappush(events, (now + duration[t], _RECEIVE_END, t))
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
@@ -527,7 +527,7 @@ class _Run:
                     for r in channel_routes[c]:
                         blocked[r] += 1
                 end = now + duration[t]
-                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                 heappush(events, (end, _TRANSFER_END, t))
                 moved += plan.nbytes[t]
                 seconds += duration[t] + delay[t]
