@@ -22,6 +22,13 @@ LOOPBACK_WORKERS = flags.DEFINE_integer(
     lower_bound=0,
     flag_values=COMMAND_FLAGS,
 )
+VIRTUAL_THREADS = flags.DEFINE_integer(
+    "virtual_threads",
+    1,
+    "calibrate: inter-op threads of a process of virtual CPUs, which its real runs must use too.",
+    lower_bound=1,
+    flag_values=COMMAND_FLAGS,
+)
 CALIBRATION_REPEATS = flags.DEFINE_integer(
     "calibration_repeats",
     20,
@@ -48,7 +55,11 @@ def _calibrate() -> int:
     """``tfplace calibrate``: measure this machine's CPU device model and store it."""
     from tfplace.estimator.calibration import calibrate_cpu
 
-    calibration = calibrate_cpu(workers=LOOPBACK_WORKERS.value, repeats=CALIBRATION_REPEATS.value)
+    calibration = calibrate_cpu(
+        workers=LOOPBACK_WORKERS.value,
+        virtual_threads=VIRTUAL_THREADS.value,
+        repeats=CALIBRATION_REPEATS.value,
+    )
     calibration.save(CALIBRATION.value)
     print_report(calibration_table(calibration), [f"CPU device model: {CALIBRATION.value}"])
     return 0
@@ -58,7 +69,7 @@ CALIBRATE = Command(
     "measure once what real steps on this machine's CPUs cost beyond their profile (per-op and "
     "per-step overhead, threads, links), for the simulator's CPU device model",
     "tfplace calibrate --calibration .tfplace_cache/calibration.json",
-    (CALIBRATION, LOOPBACK_WORKERS, CALIBRATION_REPEATS),
+    (CALIBRATION, LOOPBACK_WORKERS, VIRTUAL_THREADS, CALIBRATION_REPEATS),
     (),
     _calibrate,
 )
