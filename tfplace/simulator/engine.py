@@ -18,7 +18,8 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    queue is empty and the rest to the thread pool, whose tasks a device runs when its inline
    queue is empty, last in first out (a worker thread pushes its tasks to the front of its own
    queue). The step's first ops are made ready so by each device's source node; ops made ready by
-   an arriving tensor or message go to the pool.
+   an arriving tensor or message go to the pool. The threads of a host serve its devices' queues
+   together: an idle thread takes the first task of any of them (the pool's is shared).
 2. **Transfers.** A tensor is an (op, output slot) pair; an edge that carries bytes without naming
    a slot is a tensor of its own. When its producer ends, a tensor is sent *once* to each other
    device that has a consumer of it. The transfer takes ``k * bytes + b`` on the
@@ -100,6 +101,9 @@ __all__ = ["PRIORITIES", "simulate"]
 PRIORITIES = ("fifo", "critical_path")
 
 _OP_END, _TRANSFER_END, _SIGNAL, _ARRIVAL, _SEND_END, _RECEIVE_END = 0, 1, 2, 3, 4, 5
+
+_NO_TASK = (math.inf, math.inf, 0)
+"""Sorts after every queued task: a device whose queue is empty."""
 
 
 def simulate(
@@ -473,7 +477,11 @@ class _Run:
             schedule(device_roots, 0.0, True)
         while True:
             while ready_devices:
-                d = ready_devices.pop()
+                if inline is None:
+                    d = ready_devices.pop()
+                else:  # threads shared by a host's devices take the first task of any of them
+                    d = min(ready_devices, key=lambda d: queues[d][0] if queues[d] else _NO_TASK)
+                    ready_devices.remove(d)
                 if running[d] >= per_device or not queues[d]:
                     continue
                 if not idle_cores or not idle_threads[host[d]]:
