@@ -9,7 +9,7 @@ For each size, a variable of that many bytes lives on the source device, and a s
 takes one element of it on the destination device (a tensor the consumer reads, so it crosses the
 link; the graph's constant folding cannot remove it since a variable's value is unknown). The same
 step with the consumer on the source device is timed alternately with it, and the difference of
-the two medians is the transfer's time: session overhead and the read cancel out. Both steps also
+the two smallest times is the transfer's time: session overhead and the read cancel out. Both steps also
 fetch a scalar computed on the destination device, so that both run on both devices: on a
 cluster, a step that involves a second worker costs about 0.35 ms more whatever it does (the
 master's call to that worker), and that cost is the step's, not the transfer's
@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -87,7 +86,7 @@ def time_transfers(
 ) -> list[float]:
     """Seconds one transfer of each of ``sizes`` bytes takes from ``src_device`` to ``dst_device``.
 
-    Each value is the median of ``repeats`` timed steps that send the tensor minus the median of as
+    Each value is the smallest of ``repeats`` timed steps that send the tensor minus the smallest of as
     many steps doing the same work without sending it (at least 0); both kinds of step run on both
     devices. See :func:`calibrate_transfer` for the parameters.
     """
@@ -154,7 +153,7 @@ def time_concurrent_transfers(
 ) -> list[float]:
     """Seconds ``count`` tensors of 1 KiB sent at once take from ``src_device`` to ``dst_device``.
 
-    Like :func:`time_transfers`: the median of steps that send them minus the median of steps
+    Like :func:`time_transfers`: the smallest of steps that send them minus the smallest of steps
     doing the same work on ``src_device``, both steps running on both devices.
     """
     if not counts or min(counts) < 1:
@@ -201,8 +200,9 @@ def _time_differences(
     config: Any,
     repeats: int,
 ) -> list[float]:
-    """Per ``(same, crossing)`` pair of :func:`_calibration_session` (one per item), the median
-    time of ``crossing`` minus that of ``same``, the two timed alternately."""
+    """Per ``(same, crossing)`` pair of :func:`_calibration_session` (one per item), the smallest
+    time of ``crossing`` minus that of ``same``, the two timed alternately (other processes on the
+    machine only add time)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     seconds = []
@@ -213,7 +213,7 @@ def _time_differences(
             for _ in range(repeats):
                 same_times.append(_timed(session, same))
                 crossing_times.append(_timed(session, crossing))
-            seconds.append(max(statistics.median(crossing_times) - statistics.median(same_times), 0.0))
+            seconds.append(max(min(crossing_times) - min(same_times), 0.0))
     return seconds
 
 
@@ -293,7 +293,7 @@ def time_step_overheads(
     devices: Sequence[str], *, target: str = "", config: Any = None, repeats: int = 20
 ) -> list[float]:
     """Seconds of a step that reads one scalar on each of the first ``1, 2, ..., len(devices)``
-    devices (median of ``repeats``, the step sizes timed in turns): the framework's cost per step
+    devices (the smallest of ``repeats``, the step sizes timed in turns): the framework's cost per step
     as more devices take part."""
     import tensorflow as tf
 
@@ -319,7 +319,7 @@ def time_step_overheads(
     finally:
         if target:
             tf.compat.v1.Session.reset(target, [container])
-    return [statistics.median(seconds) for seconds in times]
+    return [min(seconds) for seconds in times]
 
 
 def overhead_per_host(seconds: Sequence[float]) -> float:
