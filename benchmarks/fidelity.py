@@ -1,26 +1,33 @@
-"""Fidelity of the simulator: the simulated step time of placed graphs against the measured one.
+"""Fidelity of the simulator: simulated step time and peak memory of placed graphs against real runs.
 
-For each model (small variants of :mod:`models`) and each placement (one device, and splits over
-loopback worker processes), the step is
+For each model (small variants), each kind of CPU device (``virtual``: CPUs of one process;
+``loopback``: one worker process per device, tensors over gRPC) and each placement (one device, a
+whole-op placement split over the devices, ``auto``), the step is
 
-- simulated (:func:`tfplace.simulator.simulate`) on the costs Standard Evaluation measured at the
-  batch size, with the transfer model and the per-worker step overhead calibrated on the same
-  loopback cluster (:func:`tfplace.estimator.calibration.calibrate_transfer`,
-  :func:`~tfplace.estimator.calibration.calibrate_step_overhead`) and the CPU the workers spend
-  on each transfer (``TransferModel.copy_k``, ``copy_b``:
-  :func:`~tfplace.estimator.calibration.calibrate_copy_cpu`),
-- and measured (:func:`tfplace.runner.run_placement`: warm-up steps dropped, the mean of the next
-  ones), ``--repeats`` times in turns across the placements; ``--statistic`` combines the means
-  (the median; the smallest on a busy machine, since other processes only add time).
+- simulated (:func:`tfplace.simulator.simulate`) on the costs Standard Evaluation profiled at the
+  batch size, through the machine's CPU device model
+  (:class:`tfplace.core.device_model.CpuCalibration`, made once by ``tfplace calibrate`` and
+  read from ``--calibration``): every op's traced time plus the per-op overhead of a real step,
+  the per-step overhead, the inter-op threads of each process on the machine's shared cores, and
+  the calibrated link of the device kind. No factor is fitted to any model;
+- and run (:func:`tfplace.runner.run_placement`) as it was profiled: the GraphDef's own ops
+  (no Grappler rewrites, which would run other ops than the simulated ones), one intra-op thread
+  (:func:`tfplace.estimator.calibration.profiled_run_config`); the median of each run's timed
+  steps, ``--repeats`` runs in turns across the placements, combined by ``--statistic``.
 
-``error = (simulated - measured) / measured``; the target is within 10% (the accuracy OptCNN's cost
-model reaches, section 6.2). Other processes on the machine distort the measurement: each run
-waits until the one-minute load average is below ``--max_load`` (at most ``--max_wait`` seconds),
-and the printout records the load of every measurement. Writes ``--output`` (columns
-``model,placement,simulated_s,measured_s,error``) and prints it. Run from the repository root:
+Memory: per device the placement uses, the simulated peak against the allocator's: the most bytes
+the step's kernels held at once by the allocation records of a ``FULL_TRACE`` step
+(:func:`tfplace.tf_graph.step_stats.allocation_peaks`), plus the variables resident on the device
+(their buffers, sized from the placed graph's variables), which the allocator holds from before the
+step.
+
+``error = (simulated - measured) / measured``; the targets are 5% for time and 10% for memory.
+Each run waits until the one-minute load average is below ``--max_load`` (at most ``--max_wait``
+seconds) and the printout records the load of every run. Writes ``--output`` and prints it. Run from
+the repository root, after ``tfplace calibrate``:
 
     PYTHONPATH=. .venv/bin/python benchmarks/fidelity.py
-    PYTHONPATH=. .venv/bin/python benchmarks/fidelity.py --models=tensor_holography --repeats=5
+    PYTHONPATH=. .venv/bin/python benchmarks/fidelity.py --models=nmt --kinds=virtual --repeats=3
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -36,49 +44,59 @@ from typing import Any
 
 from absl import app, flags, logging
 
+from tfplace.api import DEFAULT_CACHE_DIR
+
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", ["tensor_holography", "inception_v3"], "Models to place, run and simulate.")
-flags.DEFINE_list("placements", ["single", "dfs_topo", "m_topo"], "Placers (tfplace.placer.PLACERS).")
-flags.DEFINE_integer("workers", 2, "Loopback worker processes (devices /job:worker/task:i/device:CPU:0).")
+flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "inception_v3"], "Models to run.")
+flags.DEFINE_list("kinds", ["virtual", "loopback"], "CPU device kinds (tfplace.core.device_model.CPU_KINDS).")
+flags.DEFINE_list("placements", ["single", "dfs_topo", "auto"], "Placers (tfplace.placer.PLACERS).")
+flags.DEFINE_integer("devices", 2, "Devices of each kind: virtual CPUs, or loopback workers.")
 flags.DEFINE_integer("steps", 10, "Timed steps per run, after the warm-up.")
 flags.DEFINE_integer("warmup_steps", 3, "Steps dropped at the start of each run.")
-flags.DEFINE_integer("repeats", 5, "Runs per placement, taken in turns across the placements.")
+flags.DEFINE_integer("repeats", 3, "Runs per placement, taken in turns across the placements.")
 flags.DEFINE_enum(
     "statistic",
-    "median",
+    "min",
     ["median", "min"],
-    "How the repeats' mean step times combine into measured_s. On a busy machine, min: other "
-    "processes only ever add time, so the smallest is the closest to a quiet machine's.",
+    "How the repeats' median step times combine into measured_s. min: other processes only ever "
+    "add time, so the smallest is the closest to a quiet machine's.",
 )
-flags.DEFINE_float("max_load", 0.8, "Wait before each run until the 1-minute load average is below this.")
-flags.DEFINE_float("max_wait", 600.0, "Seconds to wait for a low load before measuring anyway.")
-flags.DEFINE_enum(
-    "costs",
-    "profile",
-    ["profile", "worker"],
-    "Per-op costs: Standard Evaluation's in-process profile at the batch size, or its step 2 run on "
-    "worker 0 (traced where the steps run).",
-)
-flags.DEFINE_integer("calibration_repeats", 10, "Timed steps per size when calibrating the transfer model.")
-flags.DEFINE_string("output", "results/fidelity.csv", "CSV file written.")
+flags.DEFINE_float("max_load", 1.0, "Wait before each run until the 1-minute load average is below this.")
+flags.DEFINE_float("max_wait", 60.0, "Seconds to wait for a low load before measuring anyway.")
 flags.DEFINE_string(
-    "trace_dir", None, "Write the real and simulated Chrome traces, placements and cost graphs here."
+    "calibration",
+    os.path.join(".tfplace_cache", "calibration.json"),
+    "The machine's CPU device model, written by tfplace calibrate.",
 )
-flags.DEFINE_string("cache_dir", None, "Profile cache directory (none: always measure).")
+flags.DEFINE_string("output", "results/fidelity.csv", "CSV file written.")
+flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory ('' always profiles).")
 
-#: Size knobs and batch size of each model: steps of tens of milliseconds on one 2-core worker.
+_SMALL_NMT = {"units": 64, "layers": 2, "source_length": 6, "target_length": 6, "vocab_size": 500}
+
+#: Size knobs and batch size of each model: steps of 5 to 100 milliseconds on one 2-core CPU.
 MODEL_SIZES: dict[str, tuple[dict[str, Any], int]] = {
-    "tensor_holography": ({"image_size": 64, "conv_layers": 10, "filters": 16}, 4),
+    "nmt": (_SMALL_NMT, 8),
+    "transformer": ({"layers": 2, "heads": 4, "d_model": 64, "d_ff": 128, "vocab_size": 500}, 8),
+    "tensor_holography": ({"image_size": 48, "conv_layers": 10, "filters": 12}, 4),
     "inception_v3": ({"image_size": 75, "classes": 10}, 2),
-    "transformer": (
-        {"layers": 2, "heads": 4, "d_model": 128, "d_ff": 256, "source_length": 16, "target_length": 16},
-        8,
-    ),
 }
 
-COLUMNS = ("model", "placement", "simulated_s", "measured_s", "error")
+COLUMNS = (
+    "model",
+    "placement",
+    "kind",
+    "devices_used",
+    "simulated_s",
+    "measured_s",
+    "error",
+    "simulated_peak_mb",
+    "allocator_peak_mb",
+    "memory_error",
+    "load",
+)
 
 STATISTICS = {"min": min, "median": statistics.median}
+MB = 1e6
 
 
 def load() -> str:
@@ -91,128 +109,134 @@ def wait_for_quiet() -> None:
     deadline = time.monotonic() + FLAGS.max_wait
     while os.getloadavg()[0] >= FLAGS.max_load and time.monotonic() < deadline:
         time.sleep(5)
-    if os.getloadavg()[0] >= FLAGS.max_load:
-        logging.warning("measuring at load %s (above --max_load=%s)", load(), FLAGS.max_load)
+
+
+def device_names(kind: str, count: int) -> list[str]:
+    if kind == "virtual":
+        return [f"/device:CPU:{i}" for i in range(count)]
+    return [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(count)]
 
 
 def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str, Any]:
     """Each placer's placement of the step, extended to every op of ``structure``.
 
-    DFS-TOPO fills a device up to its memory: it gets devices of 55% of the step's memory each,
-    so that it splits the model in two contiguous parts, as Standard Evaluation step 2 would.
+    DFS-TOPO fills a device up to its memory: it gets devices of 55% of the step's simulated peak
+    on one device each, so that it splits the step into contiguous parts (a whole-op split
+    placement).
     """
     from tfplace.api import place_costs
     from tfplace.core.devices import Device
-    from tfplace.core.indexed import index_graph
 
-    total = int(index_graph(cost_graph, devices.typical_link).memory.sum())
+    total = int(simulated(cost_graph, dict.fromkeys(cost_graph, devices.names[0]), devices).peak_memory[0])
     result = {}
     for name in names:
         placed_on = devices
         if name == "dfs_topo":
             capped = tuple(Device(d.name, max(int(0.55 * total), 1)) for d in devices.devices)
             placed_on = dataclasses.replace(devices, devices=capped)
-        placement = place_costs(cost_graph, placed_on, structure=structure, placer=name, simulate=False)
+        placement = place_costs(
+            cost_graph, placed_on, structure=structure, placer=name, simulate=False, progress=False
+        )
         placement.devices = devices
         result[name] = placement
     return result
 
 
-def explain(result, report, cost_graph, devices) -> str:
-    """Per device, simulated against traced busy seconds (the traced step's op times), and the
-    simulated against traced number of tensors received: where a miss comes from."""
-    from tfplace.core.devices import DeviceName
-    from tfplace.tf_graph.step_stats import collect_op_traces
-
-    traced: dict[Any, float] = {}
-    for trace in collect_op_traces(report.run_metadata[-1], set(cost_graph)).values():
-        spec = DeviceName.parse(trace.device)
-        traced[spec] = traced.get(spec, 0.0) + trace.compute_time
-    received = sum(  # a worker records the RPC that fetched a tensor as "RecvTensor"
-        node.node_name == "RecvTensor" or " = _Recv(" in node.timeline_label
-        for dev_stats in report.run_metadata[-1].step_stats.dev_stats
-        for node in dev_stats.node_stats
-    )
-    busy = " ".join(
-        f"task{device.spec.task} {result.busy_time[d]:.4f}/{traced.get(device.spec, 0.0):.4f}"
-        for d, device in enumerate(devices.devices)
-    )
-    return f"busy s sim/traced: {busy}; tensors received sim/traced {result.transfers}/{received}"
-
-
-def measure_model(name: str, cluster, devices) -> list[dict[str, Any]]:
-    """Profile, place, simulate and run ``name``; the repeats go round the placements in turn,
-    so that a busy spell of the machine slows every placement a little rather than one a lot."""
-    from models import build_model
-    from tfplace.api import estimate_costs, measurement_placement
-    from tfplace.core.costgraph import save_json
-    from tfplace.estimator.refine import refine_costs
-    from tfplace.runner import run_placement
+def simulated(cost_graph, assignment, devices):
+    """The simulated step of ``assignment``, the devices following TensorFlow's CPU executor."""
+    from tfplace.core.device_model import inline_ops
     from tfplace.simulator import simulate
 
-    knobs, batch = MODEL_SIZES[name]
-    spec = build_model(name, **knobs)
-    wait_for_quiet()
-    estimate = estimate_costs(
-        spec.graph,
-        spec.train_op,
-        spec.feed_fn,
-        batch,
-        profile_batch_sizes=[batch],
-        init_op=spec.init_op,
-        cache_dir=FLAGS.cache_dir,
-    )
-    cost_graph = estimate.cost_graph
-    if FLAGS.costs == "worker":
-        cost_graph = refine_costs(
-            spec.graph,
-            spec.train_op,
-            spec.feed_fn,
-            cost_graph,
-            measurement_placement(
-                cost_graph,
-                estimate.imported.cost_graph,
-                dataclasses.replace(devices, devices=devices.devices[:1]),
-            ),
-            run_placement,
-            traced_steps=5,
-            init_op=spec.init_op,
-            cluster=cluster,
-        ).cost_graph
-    cost_graph.set_transfer_model(devices.typical_link)
-    if FLAGS.trace_dir:
-        save_json(cost_graph, Path(FLAGS.trace_dir) / f"{name}.costgraph.json.gz")
-    placed = placements(cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements)
-    rows = {}
-    for placer, placement in placed.items():
-        result = simulate(cost_graph, {op: placement.assignment[op] for op in cost_graph}, devices)
-        rows[placer] = {"model": name, "placement": placer, "simulated_s": result.makespan, "result": result}
-        rows[placer].update(runs=[], loads=[], devices=len({placement.assignment[op] for op in cost_graph}))
-    for repeat in range(FLAGS.repeats):
-        for placer, placement in placed.items():
-            trace = None
-            if FLAGS.trace_dir and repeat == FLAGS.repeats - 1:
-                trace = Path(FLAGS.trace_dir) / f"{name}_{placer}.json"
-                placement.save(trace.with_suffix(".placement.json"))
-            row = rows[placer]
-            row["report"] = run_once(spec, batch, placement, cluster, trace, row["loads"])
-            row["runs"].append(row["report"].mean_step_time)
-    for placer, row in rows.items():
-        row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
-        row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
-        row["explained"] = explain(row["result"], row["report"], cost_graph, devices)
-        logging.info(
-            "%s/%s: simulated %.4f s, measured %.4f s", name, placer, row["simulated_s"], row["measured_s"]
-        )
-    return list(rows.values())
+    return simulate(cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph))
 
 
-def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: list[str]):
+def variable_bytes(graph, placement) -> dict[str, int]:
+    """Bytes of the variables each device holds: every ``VarHandleOp``/``VariableV2``'s shape and
+    dtype, on the device its op is placed on."""
+    import numpy as np
+    import tensorflow as tf
+
+    held: dict[str, int] = {}
+    for op in graph.get_operations():
+        if op.type not in ("VarHandleOp", "VariableV2"):
+            continue
+        shape = tf.TensorShape(op.get_attr("shape"))
+        size = int(np.prod(shape.as_list())) * tf.as_dtype(op.get_attr("dtype")).size
+        device = placement.assignment[op.name]
+        held[device] = held.get(device, 0) + size
+    return held
+
+
+def allocator_peaks(spec, placement, run_metadata) -> dict[str, int]:
+    """Per device (by placement name), the most bytes its allocator held at once in a traced step
+    (:func:`allocation_changes`) plus the variables resident on it (:func:`variable_bytes`)."""
+    from tfplace.core.devices import DeviceName
+
+    resident = variable_bytes(spec.graph, placement)
+    changes = allocation_changes(spec.graph, run_metadata)
+    peaks = {}
+    for name in placement.devices.names:
+        in_use = peak = 0
+        for _, nbytes in sorted(changes.get(DeviceName.parse(name), ())):
+            in_use += nbytes
+            peak = max(peak, in_use)
+        peaks[name] = peak + resident.get(name, 0)
+    return peaks
+
+
+_RECEIVED = re.compile(r"edge_\d+_(?P<tensor>\S+) from \S+ to \S+$")
+
+
+def allocation_changes(graph, run_metadata) -> dict[Any, list[tuple[int, int]]]:
+    """Per device, ``(microseconds, bytes)`` of every allocation (> 0) and free (< 0) in the step.
+
+    The kernels' allocation records (:func:`tfplace.tf_graph.step_stats.allocation_peaks` sums
+    the same), and the tensors a worker received over gRPC, which the RPC layer allocates outside
+    any kernel, so that no record has them: each from its ``RecvTensor`` record to the end of its
+    producer's last consumer on the receiving device in the trace.
+    """
+    from tfplace.core.devices import DeviceName
+
+    changes: dict[Any, list[tuple[int, int]]] = {}
+    ends: dict[tuple[Any, str], int] = {}
+    received = []
+    for dev_stats in run_metadata.step_stats.dev_stats:
+        device = DeviceName.parse(dev_stats.device)
+        for node in dev_stats.node_stats:
+            for memory in node.memory:
+                changes.setdefault(device, []).extend(
+                    (int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records
+                )
+            end = int(node.all_start_micros + node.all_end_rel_micros)
+            ends[device, node.node_name] = max(ends.get((device, node.node_name), 0), end)
+            match = _RECEIVED.search(node.timeline_label) if node.node_name == "RecvTensor" else None
+            if match and node.output:
+                nbytes = int(node.output[0].tensor_description.allocation_description.requested_bytes)
+                producer = match.group("tensor").split(":")[0]
+                received.append((device, producer, int(node.all_start_micros), end, nbytes))
+    for device, producer, start, end, nbytes in received:
+        try:
+            outputs = graph.get_operation_by_name(producer).outputs
+        except KeyError:  # a fetch or feed of the session: no consumer in the graph
+            outputs = []
+        consumers = [consumer.name for output in outputs for consumer in output.consumers()]
+        freed = max([end] + [ends.get((device, c), 0) for c in consumers])
+        changes.setdefault(device, []).extend([(start, nbytes), (freed, -nbytes)])
+    return changes
+
+
+def run_once(spec, batch: int, placement, kind: str, cluster, calibration, loads: list[str]):
     """One run of ``placement`` once the machine is quiet; its load before and after goes to ``loads``."""
+    from tfplace.estimator.calibration import profiled_run_config
     from tfplace.runner import run_placement
 
     wait_for_quiet()
     before = load()
+    if kind == "virtual":
+        config = profiled_run_config(FLAGS.devices, calibration.process("virtual").threads)
+    else:
+        config = profiled_run_config()
+        config.ClearField("device_count")
     report = run_placement(
         spec.graph,
         placement,
@@ -221,9 +245,10 @@ def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: li
         batch_size=batch,
         steps=FLAGS.steps,
         warmup_steps=FLAGS.warmup_steps,
-        cluster=cluster,
+        cluster=cluster if kind == "loopback" else None,
         init_op=spec.init_op,
-        trace_path=trace,
+        config=config,
+        progress=False,
     )
     if report.mismatches:
         logging.warning("%s: %d ops ran elsewhere than placed", placement.placer, len(report.mismatches))
@@ -231,51 +256,121 @@ def run_once(spec, batch: int, placement, cluster, trace: Path | None, loads: li
     return report
 
 
+def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, Any]]:
+    """Profile, place, simulate and run ``name`` on ``kind`` devices; the repeats go round the
+    placements in turn, so that a busy spell of the machine slows every placement a little rather
+    than one a lot."""
+    from models import build_model
+    from tfplace.api import estimate_costs
+
+    knobs, batch = MODEL_SIZES[name]
+    spec = build_model(name, **knobs)
+    estimate = estimate_costs(
+        spec.graph,
+        spec.train_op,
+        spec.feed_fn,
+        batch,
+        profile_batch_sizes=[batch],
+        init_op=spec.init_op,
+        cache_dir=FLAGS.cache_dir or None,
+        progress=False,
+    )
+    names = device_names(kind, FLAGS.devices)
+    devices = calibration.device_set(names, 1 << 40)
+    cost_graph = calibration.step_costs(estimate.cost_graph, kind)
+    cost_graph.set_transfer_model(devices.typical_link)
+    placed = placements(cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements)
+    rows = {}
+    for placer, placement in placed.items():
+        result = simulated(cost_graph, {op: placement.assignment[op] for op in cost_graph}, devices)
+        used = sorted({placement.assignment[op] for op in cost_graph})
+        rows[placer] = {
+            "model": name,
+            "placement": placer,
+            "kind": kind,
+            "devices_used": len(used),
+            "used": used,
+            "simulated_s": result.makespan,
+            "simulated_peaks": {d: int(result.peak_memory[devices.index(d)]) for d in used},
+            "runs": [],
+            "allocator_runs": [],
+            "loads": [],
+        }
+    for _ in range(FLAGS.repeats):
+        for placer, placement in placed.items():
+            row = rows[placer]
+            report = run_once(spec, batch, placement, kind, cluster, calibration, row["loads"])
+            row["runs"].append(report.median_step_time)
+            row["allocator_runs"].append(allocator_peaks(spec, placement, report.run_metadata[-1]))
+    for row in rows.values():
+        finish_row(row)
+    return list(rows.values())
+
+
+def finish_row(row: dict[str, Any]) -> None:
+    """The measured time, the errors, and the memory of the device with the largest simulated peak
+    (the allocator's peak: the median over the runs)."""
+    row["measured_s"] = STATISTICS[FLAGS.statistic](row["runs"])
+    row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
+    # with several inter-op threads the order of the ops, and so the peak, varies from run to run
+    row["allocator_peaks"] = {
+        d: statistics.median(run[d] for run in row["allocator_runs"]) for d in row["used"]
+    }
+    fullest = max(row["used"], key=lambda d: row["simulated_peaks"][d])
+    row["simulated_peak_mb"] = row["simulated_peaks"][fullest] / MB
+    row["allocator_peak_mb"] = row["allocator_peaks"][fullest] / MB
+    row["memory_error"] = (row["simulated_peak_mb"] - row["allocator_peak_mb"]) / row["allocator_peak_mb"]
+    row["load"] = row["loads"][-1]
+    logging.info(
+        "%s/%s/%s: simulated %.4f s, measured %.4f s",
+        row["model"], row["kind"], row["placement"], row["simulated_s"], row["measured_s"],
+    )  # fmt: skip
+
+
 def write_rows(rows: list[dict[str, Any]]) -> Path:
-    """Write the rows' :data:`COLUMNS` to ``--output`` (times and errors to 6 decimals); its path."""
+    """Write the rows' :data:`COLUMNS` to ``--output``; its path."""
     output = Path(FLAGS.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({**row, **{k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error")}})
+            formatted = {k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error", "memory_error")}
+            formatted.update({k: f"{row[k]:.2f}" for k in ("simulated_peak_mb", "allocator_peak_mb")})
+            writer.writerow({**row, **formatted})
     return output
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    from tfplace.estimator.calibration import calibrate_local_cluster
+    import contextlib
+
+    from tfplace.core.device_model import CpuCalibration
     from tfplace.tf_graph.cluster import LocalCluster
 
     unknown = sorted(set(FLAGS.models) - set(MODEL_SIZES))
     if unknown:
         raise app.UsageError(f"unknown models {unknown}; choose from {', '.join(MODEL_SIZES)}")
+    calibration = CpuCalibration.load(FLAGS.calibration)
     rows = []
-    if FLAGS.trace_dir:
-        Path(FLAGS.trace_dir).mkdir(parents=True, exist_ok=True)
-    with LocalCluster(FLAGS.workers) as cluster:
-        wait_for_quiet()
-        calibration_load = load()
-        devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
-        link, overhead = devices.inter_host, devices.step_overhead
-        for name in FLAGS.models:
-            rows += measure_model(name, cluster, devices)
+    for kind in FLAGS.kinds:
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(LocalCluster(FLAGS.devices)) if kind == "loopback" else None
+            for name in FLAGS.models:
+                rows += measure_model(name, kind, cluster, calibration)
     output = write_rows(rows)
-    print(
-        f"loopback gRPC (calibrated at load {calibration_load}): k={link.k:.3e} s/B, b={link.b * 1e6:.0f} us, "
-        f"CPU on each side {link.copy_b * 1e6:.0f} us + {link.copy_k:.3e} s/B, "
-        f"step overhead {overhead * 1e6:.0f} us per worker, {devices.cores} cores shared"
-    )
+    print(f"CPU device model ({FLAGS.calibration}): {calibration.to_dict()}")
     print(output.read_text(), end="")
-    print(
-        "model,placement,devices used,mean step time of each run [s],load 1/5/15 min before -> after each run"
-    )
+    print("model,kind,placement,median step of each run [s],load 1/5/15 min before -> after each run")
     for row in rows:
         runs = " ".join(f"{m:.4f}" for m in row["runs"])
-        print(f"{row['model']},{row['placement']},{row['devices']},{runs},{'; '.join(row['loads'])}")
+        print(f"{row['model']},{row['kind']},{row['placement']},{runs},{'; '.join(row['loads'])}")
     for row in rows:
-        print(f"{row['model']}/{row['placement']}: {row['explained']}")
+        peaks = ", ".join(
+            f"{d}: {row['simulated_peaks'][d] / MB:.1f}/{row['allocator_peaks'][d] / MB:.1f}"
+            for d in row["used"]
+        )
+        print(f"{row['model']}/{row['kind']}/{row['placement']} peak MB simulated/allocator: {peaks}")
 
 
 if __name__ == "__main__":

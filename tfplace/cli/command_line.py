@@ -14,6 +14,7 @@ from typing import Any
 from absl import app, flags, logging
 
 from tfplace._version import __version__
+from tfplace.cli.calibrate_command import CALIBRATE
 from tfplace.cli.common import Command, UsageError, input_errors, one_line, print_error
 from tfplace.cli.options import COMMAND_FLAGS, VERSION
 from tfplace.cli.place_command import PLACE
@@ -21,7 +22,13 @@ from tfplace.cli.profile_command import PROFILE
 from tfplace.cli.run_command import RUN
 from tfplace.cli.simulate_command import SIMULATE
 
-COMMANDS: dict[str, Command] = {"profile": PROFILE, "place": PLACE, "simulate": SIMULATE, "run": RUN}
+COMMANDS: dict[str, Command] = {
+    "profile": PROFILE,
+    "place": PLACE,
+    "simulate": SIMULATE,
+    "run": RUN,
+    "calibrate": CALIBRATE,
+}
 """The commands by name."""
 
 LOGGING_FLAGS = ("verbosity", "stderrthreshold", "logtostderr", "alsologtostderr", "log_dir")

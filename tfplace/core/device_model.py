@@ -15,6 +15,10 @@ FLOP count and no bytes, and for ops that run a function body (:data:`OPAQUE_OPS
 kernels. Where the target device was measured, :meth:`DeviceModel.calibrate` fits the two
 efficiencies to the measurements.
 
+:class:`CpuCalibration` is the other device model: not a roofline but the CPUs of the machine the
+profile was taken on, whose real (untraced) steps differ from the profile by a per-op and a
+per-step overhead, run several ops at once per process and pass tensors over calibrated links.
+
 Peak numbers are vendors' dense FP32 figures for the PCIe cards (TF32 tensor cores off, as
 TensorFlow 1.x ran); efficiencies default to what cuDNN convolutions and streaming kernels
 typically reach.
@@ -22,15 +26,35 @@ typically reach.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CostGraph, atomic_write_text
+from tfplace.core.devices import Device, DeviceName, DeviceSet
+from tfplace.core.transfer import TransferModel
 
-__all__ = ["DEVICE_MODELS", "OPAQUE_OPS", "VIEW_OPS", "DeviceModel", "convert_graph", "op_bytes_accessed"]
+__all__ = [
+    "CPU_KINDS",
+    "DEFAULT_CALIBRATION",
+    "DEVICE_MODELS",
+    "INEXPENSIVE_KERNELS",
+    "OPAQUE_OPS",
+    "VIEW_OPS",
+    "CpuCalibration",
+    "CpuProcessModel",
+    "DeviceModel",
+    "convert_graph",
+    "cpu_kind",
+    "inline_ops",
+    "op_bytes_accessed",
+]
 
 OPAQUE_OPS = frozenset(
     {
@@ -188,3 +212,207 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
     """Whether an op only re-describes its input's buffer (:data:`VIEW_OPS`, every output aliased)."""
     aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
     return attrs.get("op_type") in VIEW_OPS and len(aliased) == len(attrs["output_sizes"]) > 0
+
+
+DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
+"""Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
+
+CPU_KINDS = ("virtual", "loopback")
+"""The kinds of CPU devices :class:`CpuCalibration` models: ``"virtual"``, the CPUs of one
+process (``/device:CPU:i``, a session's ``device_count``), and ``"loopback"``, one CPU per worker
+process on this machine (``/job:worker/task:k/device:CPU:0``, :class:`~tfplace.tf_graph.cluster.LocalCluster`)."""
+
+
+@dataclass(frozen=True)
+class CpuProcessModel:
+    """How the real, untraced step of one kind of CPU device differs from its profile.
+
+    Profiles time every op in ``FULL_TRACE`` steps, one op at a time; real steps run untraced, with
+    the executor's own per-op work between the ops and the session's per-step work around them.
+
+    Parameters
+    ----------
+    op_overhead : float
+        Seconds a real step spends per op beyond the op's traced time: the executor's dispatch
+        of the op minus what tracing adds to the traced time (recording the op's start, end,
+        outputs and allocations). Negative where tracing adds more than dispatching costs; only
+        the difference can be told from step times, and only it matters.
+    step_overhead : float
+        Seconds a step costs per process taking part, beyond its ops (the session's run call,
+        feeds and fetches; on a worker, the master's call to it).
+    threads : int
+        Ops a process runs at once: its inter-op thread pool, shared by all its devices.
+    link : TransferModel
+        Between two devices of this kind (two virtual CPUs: a hand-off inside the process; two
+        workers: loopback gRPC, with the CPU each side spends as ``copy_k``/``copy_b``).
+    """
+
+    op_overhead: float
+    step_overhead: float
+    threads: int
+    link: TransferModel
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"a process runs at least one op at a time, got threads={self.threads}")
+        if self.step_overhead < 0:
+            raise ValueError(f"step_overhead must be >= 0 seconds, got {self.step_overhead}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op_overhead": self.op_overhead,
+            "step_overhead": self.step_overhead,
+            "threads": self.threads,
+            "link": self.link.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> CpuProcessModel:
+        return cls(
+            op_overhead=float(spec["op_overhead"]),
+            step_overhead=float(spec["step_overhead"]),
+            threads=int(spec["threads"]),
+            link=TransferModel.from_dict(spec["link"]),
+        )
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    """The CPU device model of one machine, calibrated once (``tfplace calibrate``) and stored.
+
+    It turns a profile (per-op ``FULL_TRACE`` times) and CPU device names into what the simulator
+    needs to predict a real, untraced step on those devices: :meth:`step_costs` adds the per-op
+    overhead to every op's time, :meth:`device_set` gives the devices their link, step overhead,
+    inter-op threads and the machine's shared cores. Only CPU devices of this machine are
+    modelled; GPU device models (:class:`DeviceModel`) are untouched.
+
+    Parameters
+    ----------
+    machine : str
+        The host name it was measured on.
+    cores : int
+        Processors of the machine, which all its devices share.
+    processes : mapping of str to CpuProcessModel
+        By kind of device (:data:`CPU_KINDS`); a kind not calibrated is absent.
+    """
+
+    machine: str
+    cores: int
+    processes: Mapping[str, CpuProcessModel]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.processes) - set(CPU_KINDS))
+        if unknown:
+            raise ValueError(f"unknown CPU device kinds {unknown}; the kinds are {', '.join(CPU_KINDS)}")
+        if self.cores < 1:
+            raise ValueError(f"a machine has at least one core, got cores={self.cores}")
+
+    def process(self, kind: str) -> CpuProcessModel:
+        """The model of ``kind``; the error says how to calibrate a kind that is missing."""
+        if kind not in CPU_KINDS:
+            raise ValueError(f"unknown CPU device kind {kind!r}; the kinds are {', '.join(CPU_KINDS)}")
+        try:
+            return self.processes[kind]
+        except KeyError:
+            raise ValueError(
+                f"this calibration of {self.machine!r} has no {kind!r} CPU devices "
+                f"(it has: {', '.join(self.processes) or 'none'}); run tfplace calibrate for them"
+            ) from None
+
+    def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:
+        """A copy of ``graph`` (CPU costs profiled on this machine) with every op's time as in a
+        real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`,
+        at least 0. Memory is unchanged."""
+        overhead = self.process(kind).op_overhead
+        converted = graph.copy()
+        for _, attrs in converted.nodes(data=True):
+            attrs["compute_time"] = max(attrs["compute_time"] + overhead, 0.0)
+        converted.graph["device_model"] = f"{kind} CPUs of {self.machine}"
+        return converted
+
+    def device_set(self, names: Sequence[str], memory: int | Sequence[int]) -> DeviceSet:
+        """The CPU devices ``names`` (all of one kind, which their names tell) of ``memory``
+        bytes each (or one size per device), with the calibrated link, step overhead, inter-op
+        threads and the machine's cores; virtual CPUs share their process's memory."""
+        kind = cpu_kind(names)
+        model = self.process(kind)
+        sizes = [memory] * len(names) if isinstance(memory, int) else list(memory)
+        devices = DeviceSet(tuple(Device(name, size) for name, size in zip(names, sizes, strict=True)))
+        link = {"intra_host": model.link} if kind == "virtual" else {"inter_host": model.link}
+        return dataclasses.replace(
+            devices,
+            step_overhead=model.step_overhead,
+            cores=self.cores,
+            host_threads=model.threads,
+            shared_host_memory=kind == "virtual",
+            **link,  # type: ignore[arg-type]
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine,
+            "cores": self.cores,
+            "processes": {kind: model.to_dict() for kind, model in self.processes.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> CpuCalibration:
+        return cls(
+            machine=str(spec["machine"]),
+            cores=int(spec["cores"]),
+            processes={kind: CpuProcessModel.from_dict(p) for kind, p in spec["processes"].items()},
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CpuCalibration:
+        """Read a calibration :meth:`save` wrote; a missing or malformed file is a clear error."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except FileNotFoundError:
+            raise ValueError(f"no CPU calibration at {path}: run tfplace calibrate first") from None
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"malformed CPU calibration {path}: {error}") from None
+
+
+def cpu_kind(names: Sequence[str]) -> str:
+    """``"virtual"`` for CPUs of one process (``/device:CPU:i`` of job ``localhost``),
+    ``"loopback"`` for one CPU 0 per task of one job; anything else is an error naming it."""
+    specs = [DeviceName.parse(name) for name in names]
+    if not specs or any(spec.kind != "CPU" for spec in specs):
+        raise ValueError(f"the CPU device model needs CPU devices, got {list(names)}")
+    if all(spec.job == "localhost" and spec.task == 0 for spec in specs):
+        return "virtual"
+    one_job = len({spec.job for spec in specs}) == 1
+    if (
+        one_job
+        and all(spec.index == 0 for spec in specs)
+        and len({spec.task for spec in specs}) == len(specs)
+    ):
+        return "loopback"
+    raise ValueError(
+        f"the CPU device model takes virtual CPUs of one process or CPU 0 of distinct workers, got {list(names)}"
+    )
+
+
+INEXPENSIVE_KERNELS = frozenset(
+    {"Const", "HostConst", "Identity", "IdentityN", "NoOp", "Placeholder", "PlaceholderWithDefault",
+     "Shape", "ShapeN", "Size", "Rank", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+     "PreventGradient", "Snapshot", "VarHandleOp", "ReadVariableOp", "Enter", "RefEnter", "Exit",
+     "RefExit", "Switch", "RefSwitch", "Merge", "RefMerge", "NextIteration", "RefNextIteration",
+     "LoopCond", "ControlTrigger"}
+)  # fmt: skip
+"""Op types whose CPU kernels declare themselves inexpensive (``OpKernel::IsExpensive`` is false):
+TensorFlow's executor runs them inline in the thread that made them ready. Every other CPU kernel
+counts as expensive during the first steps of a session (the executor's cost estimate of a kernel
+starts at 10^8 cycles and decays by a tenth per run, below its 8,000-cycle threshold only after
+about 90 steps), so the others go to the thread pool when more than one is ready."""
+
+
+def inline_ops(graph: CostGraph) -> np.ndarray:
+    """Per op of ``graph`` (node order), whether TensorFlow's CPU executor runs it inline
+    (:data:`INEXPENSIVE_KERNELS`): the ``inline_ops`` of :func:`tfplace.simulator.simulate`."""
+    return np.array([attrs.get("op_type") in INEXPENSIVE_KERNELS for _, attrs in graph.nodes(data=True)])

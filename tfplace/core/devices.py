@@ -142,6 +142,16 @@ class DeviceSet:
         Processors that all the devices share, when they are processes or virtual devices of one
         machine (two loopback workers on a 2-core machine): at most this many ops and copies run
         at once (:mod:`tfplace.simulator.engine`). ``0`` (the default) gives every device its own.
+    host_threads : int
+        Ops that each host (a process) runs at once, shared by its devices: TensorFlow's inter-op
+        thread pool, which the virtual CPUs of one process share and which lets one CPU device run
+        several ops at once. ``0`` (the default) runs one op at a time on each device (a GPU's
+        compute stream).
+    shared_host_memory : bool
+        ``True`` when the devices of a host share its memory (the virtual CPUs of one process): a
+        tensor sent between two of them is handed over, not copied, so it stays in the sender's
+        memory until its consumers on both devices are done. ``False`` (the default) gives the
+        receiver a copy (GPUs, processes).
     """
 
     devices: tuple[Device, ...]
@@ -150,6 +160,8 @@ class DeviceSet:
     shared_bus: bool = False
     step_overhead: float = 0.0
     cores: int = 0
+    host_threads: int = 0
+    shared_host_memory: bool = False
     fallback_cpus: tuple[Device, ...] = field(init=False, repr=False, compare=False)
     _specs: tuple[DeviceName, ...] = field(init=False, repr=False, compare=False)
     _index: dict[DeviceName, int] = field(init=False, repr=False, compare=False)
@@ -162,6 +174,10 @@ class DeviceSet:
             raise DeviceError(f"step_overhead must be >= 0 seconds, got {self.step_overhead}")
         if self.cores < 0:
             raise DeviceError(f"cores must be >= 0 (0: a processor per device), got {self.cores}")
+        if self.host_threads < 0:
+            raise DeviceError(
+                f"host_threads must be >= 0 (0: one op at a time per device), got {self.host_threads}"
+            )
         names = [DeviceName.parse(d.name) for d in devices]
         if len(set(names)) != len(names):
             raise DeviceError(f"device names repeat: {[d.name for d in devices]}")

@@ -9,7 +9,7 @@ For each size, a variable of that many bytes lives on the source device, and a s
 takes one element of it on the destination device (a tensor the consumer reads, so it crosses the
 link; the graph's constant folding cannot remove it since a variable's value is unknown). The same
 step with the consumer on the source device is timed alternately with it, and the difference of
-the two medians is the transfer's time: session overhead and the read cancel out. Both steps also
+the two smallest times is the transfer's time: session overhead and the read cancel out. Both steps also
 fetch a scalar computed on the destination device, so that both run on both devices: on a
 cluster, a step that involves a second worker costs about 0.35 ms more whatever it does (the
 master's call to that worker), and that cost is the step's, not the transfer's
@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -35,20 +34,27 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
 from tfplace.core.transfer import TransferModel
 
 __all__ = [
+    "DEFAULT_CHAIN_OPS",
     "DEFAULT_COUNTS",
     "DEFAULT_SIZES",
     "calibrate_copy_cpu",
+    "calibrate_cpu",
     "calibrate_local_cluster",
+    "calibrate_op_overhead",
     "calibrate_step_overhead",
     "calibrate_transfer",
+    "fit_op_overhead",
     "latency_from_counts",
     "overhead_per_host",
+    "profiled_run_config",
     "time_concurrent_transfers",
+    "time_op_chains",
     "time_step_overheads",
     "time_transfers",
 ]
@@ -62,6 +68,12 @@ DEFAULT_COUNTS: tuple[int, ...] = (1, 4, 16)
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
 
+DEFAULT_CHAIN_OPS: tuple[int, ...] = (150, 600, 1200)
+"""Sizes of the small training steps :func:`calibrate_op_overhead` times."""
+
+_OPS_PER_LAYER = 30
+"""About the ops of one layer of :func:`_op_chain`'s training step (forward, gradient, update)."""
+
 
 def time_transfers(
     src_device: str,
@@ -74,7 +86,7 @@ def time_transfers(
 ) -> list[float]:
     """Seconds one transfer of each of ``sizes`` bytes takes from ``src_device`` to ``dst_device``.
 
-    Each value is the median of ``repeats`` timed steps that send the tensor minus the median of as
+    Each value is the smallest of ``repeats`` timed steps that send the tensor minus the smallest of as
     many steps doing the same work without sending it (at least 0); both kinds of step run on both
     devices. See :func:`calibrate_transfer` for the parameters.
     """
@@ -141,7 +153,7 @@ def time_concurrent_transfers(
 ) -> list[float]:
     """Seconds ``count`` tensors of 1 KiB sent at once take from ``src_device`` to ``dst_device``.
 
-    Like :func:`time_transfers`: the median of steps that send them minus the median of steps
+    Like :func:`time_transfers`: the smallest of steps that send them minus the smallest of steps
     doing the same work on ``src_device``, both steps running on both devices.
     """
     if not counts or min(counts) < 1:
@@ -188,8 +200,9 @@ def _time_differences(
     config: Any,
     repeats: int,
 ) -> list[float]:
-    """Per ``(same, crossing)`` pair of :func:`_calibration_session` (one per item), the median
-    time of ``crossing`` minus that of ``same``, the two timed alternately."""
+    """Per ``(same, crossing)`` pair of :func:`_calibration_session` (one per item), the smallest
+    time of ``crossing`` minus that of ``same``, the two timed alternately (other processes on the
+    machine only add time)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     seconds = []
@@ -200,7 +213,7 @@ def _time_differences(
             for _ in range(repeats):
                 same_times.append(_timed(session, same))
                 crossing_times.append(_timed(session, crossing))
-            seconds.append(max(statistics.median(crossing_times) - statistics.median(same_times), 0.0))
+            seconds.append(max(min(crossing_times) - min(same_times), 0.0))
     return seconds
 
 
@@ -280,7 +293,7 @@ def time_step_overheads(
     devices: Sequence[str], *, target: str = "", config: Any = None, repeats: int = 20
 ) -> list[float]:
     """Seconds of a step that reads one scalar on each of the first ``1, 2, ..., len(devices)``
-    devices (median of ``repeats``, the step sizes timed in turns): the framework's cost per step
+    devices (the smallest of ``repeats``, the step sizes timed in turns): the framework's cost per step
     as more devices take part."""
     import tensorflow as tf
 
@@ -306,7 +319,7 @@ def time_step_overheads(
     finally:
         if target:
             tf.compat.v1.Session.reset(target, [container])
-    return [statistics.median(seconds) for seconds in times]
+    return [min(seconds) for seconds in times]
 
 
 def overhead_per_host(seconds: Sequence[float]) -> float:
@@ -423,3 +436,173 @@ def calibrate_local_cluster(
     copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
     link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
     return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
+
+
+def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any:
+    """A session config whose untraced steps run the graph the profiler timed, as it timed it.
+
+    The profiler (:func:`tfplace.estimator.profiler.profiling_config`) runs the GraphDef's own ops
+    (Grappler and the classic optimizer off) with one intra-op thread; real steps under this config
+    do too, so that the simulated and the real step run the same ops. ``virtual_cpus`` devices
+    ``/device:CPU:i`` share ``inter_op_threads``; soft placement is off (a misplaced op is an
+    error). On a cluster, clear ``device_count``: the workers' threads are their servers'.
+    """
+    from tfplace.estimator.profiler import profiling_config
+
+    config = profiling_config()
+    config.device_count["CPU"] = virtual_cpus
+    config.inter_op_parallelism_threads = inter_op_threads
+    config.allow_soft_placement = False
+    return config
+
+
+def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
+    """A small training step of about ``ops`` ops on ``device``: a chain of narrow dense layers
+    (4 x 16 activations) with their gradients and plain gradient descent, the mix of small
+    kernels, allocations and tensors of a training graph. Returns the graph, the train op and the
+    initializer."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(device):
+        h = tf.compat.v1.Variable(tf.ones([4, 16]), name="chain_input").read_value()
+        for layer in range(max(ops // _OPS_PER_LAYER, 1)):
+            weight = tf.compat.v1.Variable(tf.eye(16) * 0.5, name=f"w{layer}")
+            bias = tf.compat.v1.Variable(tf.zeros([16]), name=f"b{layer}")
+            h = tf.nn.relu(tf.matmul(h, weight) + bias)
+        loss = tf.reduce_sum(h * h)
+        train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
+        initializer = tf.compat.v1.global_variables_initializer()
+    return graph, train, initializer
+
+
+def time_op_chains(
+    ops: Sequence[int],
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    repeats: int = 20,
+) -> list[tuple[int, float, float]]:
+    """Per chain of about ``ops`` ops, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
+    step in this process records and their times summed, as the profiler measures them, and the
+    seconds of a whole untraced step on ``device`` under ``config`` at ``target``. The chains and
+    the two kinds of step are timed in turns; each figure is the smallest of ``repeats``, since
+    other processes on the machine only ever add time (a step of a few thousand small ops lasts
+    about a scheduler time slice)."""
+    import tensorflow as tf
+
+    from tfplace.estimator.profiler import profiling_config
+    from tfplace.tf_graph.step_stats import node_compute_time
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for count in ops:
+            graph, fetch, initializer = _op_chain(count, "/device:CPU:0")
+            session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=profiling_config()))
+            session.run(initializer)
+            graph, remote_fetch, initializer = _op_chain(count, device)
+            remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
+            remote.run(initializer)
+            runs.append((session, fetch, remote, remote_fetch))
+        records = [0] * len(ops)
+        traced: list[list[float]] = [[] for _ in ops]
+        untraced: list[list[float]] = [[] for _ in ops]
+        for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
+            for i, (session, fetch, remote, remote_fetch) in enumerate(runs):
+                metadata = tf.compat.v1.RunMetadata()
+                session.run(fetch, options=trace, run_metadata=metadata)
+                seconds = _timed(remote, remote_fetch)
+                if repeat < 2:  # warm-up
+                    continue
+                nodes = [
+                    node
+                    for dev in metadata.step_stats.dev_stats
+                    for node in dev.node_stats
+                    if not node.node_name.startswith("_SOURCE")
+                ]
+                records[i] = len(nodes)
+                traced[i].append(sum(node_compute_time(node) for node in nodes))
+                untraced[i].append(seconds)
+    return [(count, min(t), min(u)) for count, t, u in zip(records, traced, untraced)]
+
+
+def fit_op_overhead(
+    ops: Sequence[int], traced: Sequence[float], untraced: Sequence[float]
+) -> tuple[float, float]:
+    """``(op_overhead, step_overhead)``: the least-squares line of what an untraced step takes
+    beyond its ops' traced times, ``untraced - traced = step_overhead + op_overhead * ops``; the
+    step overhead is at least 0."""
+    if len(set(ops)) < 2:
+        raise ValueError(f"the per-op overhead needs chains of at least two lengths, got {list(ops)}")
+    x = np.asarray(ops, dtype=float)
+    extra = np.asarray(untraced, dtype=float) - np.asarray(traced, dtype=float)
+    slope, intercept = np.polyfit(x, extra, 1)
+    if intercept < 0:  # no step costs less than its ops: through the origin
+        return float(np.dot(x, extra) / np.dot(x, x)), 0.0
+    return float(slope), float(intercept)
+
+
+def calibrate_op_overhead(
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+    repeats: int = 20,
+) -> tuple[float, float]:
+    """``(op_overhead, step_overhead)`` of real steps on ``device`` (:class:`CpuProcessModel`):
+    small training steps of about ``ops`` ops timed traced and untraced (:func:`time_op_chains`),
+    fitted by :func:`fit_op_overhead`. Time them with one inter-op thread: the ops then run one
+    at a time, as they were traced."""
+    times = time_op_chains(ops, target=target, config=config, device=device, repeats=repeats)
+    return fit_op_overhead(*zip(*times))
+
+
+def calibrate_cpu(
+    *,
+    workers: int = 2,
+    virtual_threads: int = 1,
+    repeats: int = 20,
+    chain_ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+) -> CpuCalibration:
+    """Calibrate this machine's CPU device model (:class:`~tfplace.core.device_model.CpuCalibration`).
+
+    ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
+    ``virtual_threads`` inter-op threads, their per-op and per-step
+    overhead (:func:`calibrate_op_overhead`) and the hand-off between them
+    (:func:`calibrate_transfer`). ``"loopback"`` (with ``workers`` >= 1): a
+    :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
+    step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
+
+    One thread per process is the default: with two on this 2-core machine, the small NMT's real
+    step took 5.3 ms against 3.5 ms with one (ops handed to the other thread wait for it to wake),
+    a cost the simulator does not model; it does model the threads' parallelism.
+    """
+    import socket
+
+    from tfplace.tf_graph.cluster import LocalCluster
+
+    cores = os.cpu_count() or 1
+    threads = virtual_threads
+    sequential = profiled_run_config(2, 1)
+    op_overhead, step_overhead = calibrate_op_overhead(config=sequential, ops=chain_ops, repeats=repeats)
+    link = calibrate_transfer(
+        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats
+    )
+    processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, link)}
+    if workers >= 1:
+        remote = profiled_run_config()
+        remote.ClearField("device_count")
+        with LocalCluster(workers) as cluster:
+            op_overhead, _ = calibrate_op_overhead(
+                target=cluster.target, config=remote, device=cluster.device(0), ops=chain_ops, repeats=repeats
+            )
+            devices = calibrate_local_cluster(cluster, 1 << 40, repeats=repeats)
+            processes["loopback"] = CpuProcessModel(
+                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host
+            )
+    return CpuCalibration(socket.gethostname(), cores, processes)

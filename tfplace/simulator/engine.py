@@ -3,12 +3,23 @@
 The rules, a model of how TensorFlow's executor runs a graph placed on several devices:
 
 1. **Ops.** Each device runs one op at a time (a GPU's compute stream), for the op's
-   ``compute_time``, and never idles while an op is ready on it. An op is *ready* on its device
+   ``compute_time``, and never idles while an op is ready on it. With ``devices.host_threads``
+   set, a host (a process) instead runs up to that many ops at once, on any of its devices
+   (TensorFlow's inter-op thread pool, which the virtual CPUs of one process share), so that a
+   CPU device may run several ops at once. An op is *ready* on its device
    once every input has arrived there. Among its ready ops a device starts the one ``priority``
    ranks first: ``"fifo"`` (earliest ready time, like TensorFlow's executor), ``"critical_path"``
    (largest ``blevel``, Eq. 3 of the paper, computed on the graph's edge times), or an explicit
    rank per op (lower runs first), which replays a placer's own schedule order. Ties go to the
-   earlier op of the Kahn topological order.
+   earlier op of the Kahn topological order. With ``inline_ops``, a device follows TensorFlow's
+   executor on CPUs instead (``ExecutorState::ScheduleReady``): the ops that become ready when an
+   op ends go, in the order of its out-edges, to the device thread's *inline* queue (first in,
+   first out) if their kernel is inexpensive; of the others, the last goes inline too when that
+   queue is empty and the rest to the thread pool, whose tasks a device runs when its inline
+   queue is empty, last in first out (a worker thread pushes its tasks to the front of its own
+   queue). The step's first ops are made ready so by each device's source node; ops made ready by
+   an arriving tensor or message go to the pool. The threads of a host serve its devices' queues
+   together: an idle thread takes the first task of any of them (the pool's is shared).
 2. **Transfers.** A tensor is an (op, output slot) pair; an edge that carries bytes without naming
    a slot is a tensor of its own. When its producer ends, a tensor is sent *once* to each other
    device that has a consumer of it. The transfer takes ``k * bytes + b`` on the
@@ -48,7 +59,8 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    instead the input's buffer (or the copy received on the op's device) is kept until that slot
    would have been freed, so a buffer lives as long as any tensor that is it is in use. A received
    tensor is allocated on the receiver when its transfer starts and freed when its last consumer
-   there ends. Frees at a moment happen before the allocations of ops and transfers starting then.
+   there ends; with ``devices.shared_host_memory`` a tensor received from a device of the same
+   host is the sender's buffer instead, kept until its last consumer on either device ends. Frees at a moment happen before the allocations of ops and transfers starting then.
    The first time a device holds more than ``devices.memory_of(d)``, an :class:`OomEvent`
    names the op whose start (or received tensor) crossed the limit; the simulation goes on.
 5. **Step overhead.** The framework's own work per step (starting each host's part of the step
@@ -90,6 +102,9 @@ PRIORITIES = ("fifo", "critical_path")
 
 _OP_END, _TRANSFER_END, _SIGNAL, _ARRIVAL, _SEND_END, _RECEIVE_END = 0, 1, 2, 3, 4, 5
 
+_NO_TASK = (math.inf, math.inf, 0)
+"""Sorts after every queued task: a device whose queue is empty."""
+
 
 def simulate(
     graph: IndexedGraph | nx.DiGraph,
@@ -97,6 +112,7 @@ def simulate(
     devices: DeviceSet,
     *,
     priority: str | Sequence[float] | np.ndarray = "fifo",
+    inline_ops: Sequence[bool] | np.ndarray | None = None,
     record: bool = False,
 ) -> SimulationResult:
     """Simulate one step of ``graph`` with op ``i`` on ``devices.all_devices[op_devices[i]]``.
@@ -114,6 +130,11 @@ def simulate(
     priority : {"fifo", "critical_path"} or sequence of float
         Which ready op a device runs first (rule 1 of the module docstring); a sequence gives each
         op's rank, lower first.
+    inline_ops : sequence of bool, optional
+        Which ops TensorFlow's CPU executor runs inline (their kernels declare themselves
+        inexpensive: :func:`tfplace.core.device_model.inline_ops`); with it, the devices pick their
+        ready ops as that executor does (rule 1 of the module docstring) instead of by ``priority``,
+        which must then be ``"fifo"``.
     record : bool
         Keep the schedule (op and transfer tasks, memory over time) in ``result.schedule``.
 
@@ -148,8 +169,15 @@ def simulate(
     for rank, op in enumerate(order):
         position[op] = rank
     keys = _static_keys(indexed, priority, order)
+    inline = None
+    if inline_ops is not None:
+        inline = np.asarray(inline_ops, dtype=bool).tolist()
+        if len(inline) != len(indexed):
+            raise ValueError(f"inline_ops has {len(inline)} entries; the graph has {len(indexed)} ops")
+        if keys is not None:
+            raise ValueError("inline_ops replaces the priority: give priority='fifo' with it")
     plan = plan_transfers(indexed, placed, devices)
-    return _Run(indexed, placed, devices, plan, position, keys, record).result()
+    return _Run(indexed, placed, devices, plan, position, keys, record, inline).result()
 
 
 def _resolve_devices(
@@ -214,9 +242,10 @@ class _Run:
         position: list[int],
         keys: list[float] | None,
         record: bool,
+        inline: list[bool] | None = None,
     ) -> None:
         self.graph, self.placed, self.devices, self.plan = graph, placed, devices, plan
-        self.position, self.keys, self.record = position, keys, record
+        self.position, self.keys, self.record, self.inline = position, keys, record, inline
         count = len(devices.all_devices)
         self.capacity = [devices.memory_of(d) for d in range(count)]
         self.in_use = [0] * count
@@ -332,15 +361,22 @@ class _Run:
         on_devices, n = plan.on_devices, len(graph)
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
         copy_order = itertools.count()  # copies run after every ready op, first come first served
-        cores = self.devices.cores
+        cores, threads = self.devices.cores, self.devices.host_threads
         idle_cores = float(cores) if cores else math.inf
+        count = len(self.devices.all_devices)
+        hosts = [self.devices.host_of(d) for d in range(count)]
+        host = [hosts.index(name) for name in hosts]  # a host's number: its first device's
+        idle_threads = [float(threads) if threads else math.inf] * count  # indexed by host
+        per_device = math.inf if threads else 1  # tasks a device runs at once
         starved: set[int] = set()  # devices with a task ready but no idle core
         receptions: list[tuple[int, int]] = []  # receive tasks waiting for a core (shared cores)
         sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
-        count = len(self.devices.all_devices)
         queues: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
-        running = [False] * count
+        running = [0] * count
+        inline = self.inline
+        inline_waiting = [0] * count  # ops each device's thread runs next, before the pool's
+        arrival = itertools.count(1)
         waiting: list[list[tuple[float, int, int]]] = [[] for _ in plan.routes]
         blocked = [0] * len(plan.routes)  # busy channels among each route's
         events: list[tuple[float, int, int]] = []
@@ -369,15 +405,55 @@ class _Run:
             heappush(queues[d], (time if keys is None else keys[v], position[v], v))
             ready_devices.add(d)
 
+        def to_pool(v: int) -> None:
+            heappush(queues[placed[v]], (1, -next(arrival), v))
+            ready_devices.add(placed[v])
+
+        def to_inline(v: int) -> None:
+            heappush(queues[placed[v]], (0, next(arrival), v))
+            inline_waiting[placed[v]] += 1
+            ready_devices.add(placed[v])
+
+        def schedule(ready: list[int], time: float, by_op: bool) -> None:
+            """Queue the ops that became ready together (rule 1 of the module docstring)."""
+            if inline is None:
+                for v in ready:
+                    make_ready(v, time)
+            elif not by_op:  # an arrival's callback hands every op to the thread pool
+                for v in ready:
+                    to_pool(v)
+            else:
+                expensive = -1
+                for v in ready:
+                    if inline[v]:
+                        to_inline(v)
+                        continue
+                    if expensive >= 0:
+                        to_pool(expensive)
+                    expensive = v
+                if expensive >= 0:
+                    if inline_waiting[placed[expensive]]:
+                        to_pool(expensive)
+                    else:
+                        to_inline(expensive)
+
         def deliver(t: int, time: float) -> None:
+            ready = []
             for v in consumers[t]:
                 pending[v] -= 1
                 if not pending[v]:
-                    make_ready(v, time)
+                    ready.append(v)
+            schedule(ready, time, False)
 
-        def release_core() -> None:
+        def release_core(device: int = -1) -> None:
+            """A task ended: its processor, and its device's slot and host thread (when it had
+            one), are free again."""
             nonlocal idle_cores
             idle_cores += 1
+            if device >= 0:
+                running[device] -= 1
+                idle_threads[host[device]] += 1
+                ready_devices.add(device)
             ready_devices.update(starved)
             starved.clear()
 
@@ -393,20 +469,31 @@ class _Run:
             else:
                 deliver(t, time)
 
+        roots: list[list[int]] = [[] for _ in range(count)]
         for v in range(len(graph)):
             if not pending[v]:
-                make_ready(v, 0.0)
+                roots[placed[v]].append(v)
+        for device_roots in roots:  # made ready by each device's source node
+            schedule(device_roots, 0.0, True)
         while True:
             while ready_devices:
-                d = ready_devices.pop()
-                if running[d] or not queues[d]:
+                if inline is None:
+                    d = ready_devices.pop()
+                else:  # threads shared by a host's devices take the first task of any of them
+                    d = min(ready_devices, key=lambda d: queues[d][0] if queues[d] else _NO_TASK)
+                    ready_devices.remove(d)
+                if running[d] >= per_device or not queues[d]:
                     continue
-                if not idle_cores:
+                if not idle_cores or not idle_threads[host[d]]:
                     starved.add(d)
                     continue
-                u = heappop(queues[d])[2]
-                running[d] = True
+                key, _, u = heappop(queues[d])
+                if inline is not None and key == 0:
+                    inline_waiting[d] -= 1
+                running[d] += 1
+                idle_threads[host[d]] -= 1
                 idle_cores -= 1
+                ready_devices.add(d)  # it may start another task at once
                 if u < n:
                     end = now + compute[u]
                     allocate(d, footprint[u], now, u, "start")
@@ -416,7 +503,7 @@ class _Run:
                     continue
                 t, receiving = divmod(u - n, 2)
                 if receiving:
-                    allocate(d, plan.nbytes[t], now, plan.producer[t], "receive")
+                    allocate(d, buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                     heappush(events, (now + duration[t], _RECEIVE_END, t))
                     continue
                 sent_at[t] = now
@@ -431,7 +518,7 @@ class _Run:
             while receptions and idle_cores:
                 t = heappop(receptions)[1]
                 idle_cores -= 1
-                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                 heappush(events, (now + duration[t], _RECEIVE_END, t))
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
@@ -448,7 +535,7 @@ class _Run:
                     for r in channel_routes[c]:
                         blocked[r] += 1
                 end = now + duration[t]
-                allocate(plan.dst[t], plan.nbytes[t], now, plan.producer[t], "receive")
+                allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
                 heappush(events, (end, _TRANSFER_END, t))
                 moved += plan.nbytes[t]
                 seconds += duration[t] + delay[t]
@@ -461,9 +548,7 @@ class _Run:
                 _, kind, x = heappop(events)
                 if kind == _OP_END:
                     d = placed[x]
-                    running[d] = False
-                    ready_devices.add(d)
-                    release_core()
+                    release_core(d)
                     free(d, temporary[x], now)
                     base = slot_base[x]
                     for buffer in range(base, base + slot_counts[x]):
@@ -471,10 +556,12 @@ class _Run:
                             drop(buffer, now)
                     for buffer in releases[x]:
                         release(buffer, now)
+                    ready = []
                     for v in local_next[x]:
                         pending[v] -= 1
                         if not pending[v]:
-                            make_ready(v, now)
+                            ready.append(v)
+                    schedule(ready, now, True)
                     for t in sends[x]:
                         if on_devices[t]:
                             heappush(queues[d], (math.inf, next(copy_order), n + 2 * t))
@@ -497,17 +584,14 @@ class _Run:
                 elif kind == _ARRIVAL:
                     deliver(x, now)
                 elif kind in (_SEND_END, _RECEIVE_END):
-                    release_core()
                     if kind == _SEND_END:
-                        running[plan.src[x]] = False
-                        ready_devices.add(plan.src[x])
+                        release_core(plan.src[x])
                         for buffer in plan.holds[x]:
                             release(buffer, now)
-                    elif not cores:
-                        running[plan.dst[x]] = False
-                        ready_devices.add(plan.dst[x])
+                    else:  # with shared cores a receive task held only a processor
+                        release_core(-1 if cores else plan.dst[x])
                     part_done(x, now)
                 else:
                     pending[x] -= 1
                     if not pending[x]:
-                        make_ready(x, now)
+                        schedule([x], now, False)

@@ -8,7 +8,8 @@ Given where every op runs, :func:`plan_transfers` turns the graph's edges into
 * *signals*: a control dependency, or a tensor of 0 bytes, between two devices: a message that
   costs the link's latency ``b`` and occupies no channel;
 * *buffers*: each output slot of each op on its device, and each received tensor on its receiver,
-  with the number of holders that must release it before it is freed; an output slot that is an
+  with the number of holders that must release it before it is freed (between devices of a host
+  with ``shared_host_memory``, a received tensor is a buffer of 0 bytes holding the sender's); an output slot that is an
   input's buffer (the graph's ``aliased_outputs``) is a buffer of 0 bytes that holds that input's
   buffer (its *parent*: the producer's slot on the same device, else the received copy) until it is
   released itself;
@@ -265,10 +266,16 @@ def _add_transfer(
     for buffer in holds:
         plan.holders[buffer] += 1
     plan.consumers.append([])
-    plan.buffer.append(len(plan.buffer_size))
-    plan.buffer_size.append(nbytes)
+    received = len(plan.buffer_size)
+    plan.buffer.append(received)
     plan.buffer_device.append(dst)
     plan.holders.append(0)
+    if slot is not None and devices.shared_host_memory and devices.host_of(src) == devices.host_of(dst):
+        plan.buffer_size.append(0)  # handed over: the sender's buffer, held until it is released
+        plan.parent[received] = holds[0]
+        plan.holders[holds[0]] += 1
+    else:
+        plan.buffer_size.append(nbytes)
     plan.sends[u].append(t)
     return t
 

@@ -1,0 +1,197 @@
+"""The calibrated CPU device model: per-op overhead, inter-op threads, TensorFlow's executor order,
+tensors handed over in a process's memory (tfplace.core.device_model, tfplace.simulator.engine)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from helpers import UNIT_LINK, chain_graph, graph_from_edges
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
+from tfplace.core.devices import DeviceSet
+from tfplace.core.transfer import TransferModel
+from tfplace.estimator.calibration import fit_op_overhead
+from tfplace.simulator import simulate
+
+HAND_OFF = TransferModel(k=0.0, b=5e-6, name="hand-off")
+GRPC = TransferModel(k=1e-9, b=1e-4, name="grpc", copy_k=5e-10, copy_b=4e-5)
+CALIBRATION = CpuCalibration(
+    machine="test",
+    cores=2,
+    processes={
+        "virtual": CpuProcessModel(op_overhead=-0.5e-6, step_overhead=1e-4, threads=2, link=HAND_OFF),
+        "loopback": CpuProcessModel(op_overhead=1e-6, step_overhead=3e-4, threads=1, link=GRPC),
+    },
+)
+VIRTUAL = ["/device:CPU:0", "/device:CPU:1"]
+WORKERS = ["/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+
+
+def independent(*names, seconds=1.0):
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    for name in names:
+        graph.add_op(name, compute_time=seconds)
+    return graph
+
+
+def cpus(count, **options):
+    return DeviceSet.parse(f"/device:CPU:0-{count - 1}", 10**9, intra_host=UNIT_LINK, **options)
+
+
+def started(result):
+    return [task.op for task in sorted(result.schedule.ops, key=lambda task: task.start)]
+
+
+# The inter-op thread pool: ops at once per process
+
+
+def test_a_process_with_two_threads_runs_two_ready_ops_of_one_device_at_once():
+    graph = independent("a", "b")
+    assert simulate(graph, [0, 0], cpus(1, host_threads=2, cores=2)).makespan == pytest.approx(1)
+    assert simulate(graph, [0, 0], cpus(1, host_threads=1, cores=2)).makespan == pytest.approx(2)
+
+
+def test_threads_beyond_the_machines_cores_run_nothing_more_at_once():
+    assert simulate(
+        independent("a", "b"), [0, 0], cpus(1, host_threads=2, cores=1)
+    ).makespan == pytest.approx(2)
+
+
+def test_virtual_cpus_of_one_process_share_its_threads_while_workers_have_their_own():
+    graph = independent("a", "b")
+    assert simulate(graph, [0, 1], cpus(2, host_threads=1, cores=2)).makespan == pytest.approx(2)
+    workers = DeviceSet.parse("/job:worker/task:0-1/device:CPU:0", 10**9, host_threads=1, cores=2)
+    assert simulate(graph, [0, 1], workers).makespan == pytest.approx(1)
+
+
+# TensorFlow's executor order on CPUs
+
+
+def test_inexpensive_ops_run_inline_first_then_the_pool_last_in_first_out():
+    graph = graph_from_edges([("r", "a", 0), ("r", "b", 0), ("r", "c", 0)], op_type={"c": "Identity"})
+    every_op_on_cpu0 = np.zeros(4, dtype=int)
+    executor = simulate(graph, every_op_on_cpu0, cpus(1), inline_ops=inline_ops(graph), record=True)
+    assert started(executor) == ["r", "c", "b", "a"]
+    assert started(simulate(graph, every_op_on_cpu0, cpus(1), record=True)) == ["r", "a", "b", "c"]
+
+
+def test_the_last_expensive_op_made_ready_runs_inline_when_nothing_else_does():
+    graph = graph_from_edges([("r", "a", 0), ("r", "b", 0), ("a", "x", 0), ("b", "y", 0)])
+    result = simulate(graph, np.zeros(5, dtype=int), cpus(1), inline_ops=inline_ops(graph), record=True)
+    assert started(result) == ["r", "b", "y", "a", "x"]  # depth first: b inline, a from the pool
+
+
+def test_the_steps_first_ops_follow_the_same_rule_from_each_devices_source():
+    graph = independent("x", "y", "z")
+    result = simulate(graph, np.zeros(3, dtype=int), cpus(1), inline_ops=inline_ops(graph), record=True)
+    assert started(result) == ["z", "y", "x"]
+
+
+def test_inline_ops_must_match_the_graph_and_replace_any_priority():
+    graph = independent("a", "b")
+    with pytest.raises(ValueError, match="inline_ops has 1 entries"):
+        simulate(graph, [0, 0], cpus(1), inline_ops=[True])
+    with pytest.raises(ValueError, match="priority='fifo'"):
+        simulate(graph, [0, 0], cpus(1), inline_ops=[True, False], priority="critical_path")
+
+
+def test_inline_ops_are_the_kernels_that_declare_themselves_inexpensive():
+    graph = graph_from_edges(
+        [("c", "m", 8), ("m", "r", 8)], op_type={"c": "Const", "m": "MatMul", "r": "Reshape"}
+    )
+    assert inline_ops(graph).tolist() == [True, False, True]
+
+
+# Tensors handed over between the virtual CPUs of one process
+
+
+def test_a_tensor_handed_over_in_shared_memory_stays_on_the_sender_until_its_consumer_ends():
+    graph = chain_graph([1, 1, 1], [100, 0])
+    copied = simulate(graph, [0, 1, 1], cpus(2))
+    shared = simulate(graph, [0, 1, 1], cpus(2, shared_host_memory=True), record=True)
+    assert copied.peak_memory[:2].tolist() == [100, 100]
+    assert shared.peak_memory[:2].tolist() == [100, 0]
+    sender = shared.schedule.memory[0]
+    consumer_end = next(task.end for task in shared.schedule.ops if task.op == "o1")
+    assert sender.bytes[-1] == 0 and sender.times[-1] == pytest.approx(consumer_end)
+
+
+def test_devices_of_different_hosts_copy_tensors_even_with_shared_host_memory():
+    graph = chain_graph([1, 1], [100])
+    workers = DeviceSet.parse("/job:worker/task:0-1/device:CPU:0", 10**9, shared_host_memory=True)
+    assert simulate(graph, [0, 1], workers).peak_memory[:2].tolist() == [100, 100]
+
+
+# The calibration: costs and devices of a real step
+
+
+def test_step_costs_add_the_per_op_overhead_at_least_to_zero_and_keep_memory():
+    graph = chain_graph([3e-6, 0.2e-6], [100], memory=[64, 0])
+    virtual = CALIBRATION.step_costs(graph, "virtual")
+    assert [virtual.nodes[op]["compute_time"] for op in virtual] == pytest.approx([2.5e-6, 0.0])
+    assert [virtual.nodes[op]["persistent_bytes"] for op in virtual] == [64, 0]
+    assert graph.nodes["o0"]["compute_time"] == 3e-6  # the profile itself is unchanged
+    loopback = CALIBRATION.step_costs(graph, "loopback")
+    assert [loopback.nodes[op]["compute_time"] for op in loopback] == pytest.approx([4e-6, 1.2e-6])
+
+
+def test_virtual_cpus_get_the_process_link_threads_and_shared_memory():
+    devices = CALIBRATION.device_set(VIRTUAL, 2**30)
+    assert (devices.intra_host, devices.host_threads, devices.cores) == (HAND_OFF, 2, 2)
+    assert devices.shared_host_memory and devices.step_overhead == 1e-4
+
+
+def test_loopback_workers_get_the_grpc_link_one_thread_each_and_their_own_memory():
+    devices = CALIBRATION.device_set(WORKERS, [2**30, 2**31])
+    assert (devices.inter_host, devices.host_threads, devices.cores) == (GRPC, 1, 2)
+    assert not devices.shared_host_memory and devices.step_overhead == 3e-4
+    assert [device.memory for device in devices] == [2**30, 2**31]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["/device:GPU:0"],
+        ["/device:CPU:0", "/job:worker/task:1/device:CPU:0"],
+        ["/job:worker/task:0/device:CPU:1"],
+    ],
+)
+def test_the_cpu_model_refuses_devices_that_are_not_one_kind_of_cpu(names):
+    with pytest.raises(ValueError, match="CPU"):
+        cpu_kind(names)
+
+
+def test_a_kind_not_calibrated_names_the_command_that_calibrates_it():
+    only_virtual = dataclasses.replace(CALIBRATION, processes={"virtual": CALIBRATION.processes["virtual"]})
+    with pytest.raises(ValueError, match="tfplace calibrate"):
+        only_virtual.device_set(WORKERS, 2**30)
+
+
+def test_a_calibration_is_stored_and_read_back_unchanged(tmp_path):
+    path = tmp_path / "nested" / "calibration.json"
+    CALIBRATION.save(path)
+    assert CpuCalibration.load(path) == CALIBRATION
+
+
+def test_reading_a_missing_or_malformed_calibration_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="run tfplace calibrate"):
+        CpuCalibration.load(tmp_path / "absent.json")
+    (tmp_path / "bad.json").write_text('{"machine": "m"}')
+    with pytest.raises(ValueError, match="malformed CPU calibration"):
+        CpuCalibration.load(tmp_path / "bad.json")
+
+
+def test_the_per_op_overhead_is_the_slope_of_untraced_minus_traced_steps():
+    ops = [100, 400, 800]
+    traced = [0.8e-6 * n for n in ops]
+    untraced = [0.5e-6 * n + 80e-6 for n in ops]
+    op_overhead, step_overhead = fit_op_overhead(ops, traced, untraced)
+    assert op_overhead == pytest.approx(-0.3e-6) and step_overhead == pytest.approx(80e-6)
+
+
+def test_a_step_never_costs_less_than_its_ops_so_a_negative_intercept_goes_through_zero():
+    op_overhead, step_overhead = fit_op_overhead([100, 200], [1e-4, 2e-4], [0.5e-4, 1.6e-4])
+    assert step_overhead == 0.0 and op_overhead == pytest.approx(
+        (-0.5e-4 * 100 - 0.4e-4 * 200) / (100**2 + 200**2)
+    )
