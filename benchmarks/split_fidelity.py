@@ -16,13 +16,16 @@ graph (:func:`tfplace.runner.run_placement` of the plan's placement). Writes ``-
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging
 
-from benchmarks.fidelity import FLAGS, MODEL_SIZES, STATISTICS, load, run_once, wait_for_quiet, write_rows
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, STATISTICS, load, run_once, wait_for_quiet
 
+flags.DEFINE_integer("calibration_repeats", 10, "Timed steps per size when calibrating the loopback link.")
 flags.DEFINE_list("plans", ["single", "batch", "channel", "height"], "Split plans to simulate and run.")
 FLAGS.set_default("models", ["tensor_holography", "inception_v3"])
 FLAGS.set_default("output", "results/split_fidelity.csv")
@@ -85,7 +88,9 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
         }
     for _ in range(FLAGS.repeats):
         for row in rows.values():
-            report = run_once(spec, batch, row["plan"].to_placement(), cluster, None, row["loads"])
+            report = run_once(
+                spec, batch, row["plan"].to_placement(), "loopback", cluster, None, row["loads"]
+            )
             row["runs"].append(report.mean_step_time)
             row["report"] = report
     for row in rows.values():
@@ -101,13 +106,26 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     return list(rows.values())
 
 
+def write_rows(rows: list[dict[str, Any]]) -> Path:
+    """Write the rows' model, plan, simulated and measured seconds and error to ``--output``."""
+    output = Path(FLAGS.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(("model", "placement", "simulated_s", "measured_s", "error"))
+        for row in rows:
+            seconds = (row["simulated_s"], row["measured_s"], row["error"])
+            writer.writerow((row["model"], row["placement"], *(f"{value:.6f}" for value in seconds)))
+    return output
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
     from tfplace.estimator.calibration import calibrate_local_cluster
     from tfplace.tf_graph.cluster import LocalCluster
 
     rows = []
-    with LocalCluster(FLAGS.workers) as cluster:
+    with LocalCluster(FLAGS.devices) as cluster:
         wait_for_quiet()
         calibration_load = load()
         devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
