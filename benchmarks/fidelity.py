@@ -256,10 +256,9 @@ def run_once(spec, batch: int, placement, kind: str, cluster, calibration, loads
     return report
 
 
-def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, Any]]:
-    """Profile, place, simulate and run ``name`` on ``kind`` devices; the repeats go round the
-    placements in turn, so that a busy spell of the machine slows every placement a little rather
-    than one a lot."""
+def profiled_model(name: str) -> tuple[Any, int, Any]:
+    """``name``'s small variant: its model spec, batch, and cost estimate at that batch (read from
+    ``--cache_dir`` when a profile measured there by the same procedure is stored)."""
     from models import build_model
     from tfplace.api import estimate_costs
 
@@ -275,6 +274,14 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
         cache_dir=FLAGS.cache_dir or None,
         progress=False,
     )
+    return spec, batch, estimate
+
+
+def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, Any]]:
+    """Profile, place, simulate and run ``name`` on ``kind`` devices; the repeats go round the
+    placements in turn, so that a busy spell of the machine slows every placement a little rather
+    than one a lot."""
+    spec, batch, estimate = profiled_model(name)
     names = device_names(kind, FLAGS.devices)
     devices = calibration.device_set(names, 1 << 40)
     cost_graph = calibration.step_costs(estimate.cost_graph, kind)
@@ -327,16 +334,26 @@ def finish_row(row: dict[str, Any]) -> None:
     )  # fmt: skip
 
 
-def write_rows(rows: list[dict[str, Any]]) -> Path:
-    """Write the rows' :data:`COLUMNS` to ``--output``; its path."""
+#: Decimals each numeric column is written with.
+DECIMALS = {
+    "simulated_s": 6,
+    "measured_s": 6,
+    "error": 6,
+    "memory_error": 6,
+    "simulated_peak_mb": 2,
+    "allocator_peak_mb": 2,
+}
+
+
+def write_rows(rows: list[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> Path:
+    """Write the rows' ``columns`` to ``--output`` (numbers with :data:`DECIMALS`); its path."""
     output = Path(FLAGS.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            formatted = {k: f"{row[k]:.6f}" for k in ("simulated_s", "measured_s", "error", "memory_error")}
-            formatted.update({k: f"{row[k]:.2f}" for k in ("simulated_peak_mb", "allocator_peak_mb")})
+            formatted = {k: f"{row[k]:.{DECIMALS[k]}f}" for k in columns if k in DECIMALS}
             writer.writerow({**row, **formatted})
     return output
 

@@ -16,14 +16,12 @@ graph (:func:`tfplace.runner.run_placement` of the plan's placement). Writes ``-
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging
 
-from benchmarks.fidelity import FLAGS, MODEL_SIZES, STATISTICS, load, run_once, wait_for_quiet
+from benchmarks.fidelity import FLAGS, STATISTICS, load, profiled_model, run_once, wait_for_quiet, write_rows
 
 flags.DEFINE_integer("calibration_repeats", 10, "Timed steps per size when calibrating the loopback link.")
 flags.DEFINE_list("plans", ["single", "batch", "channel", "height"], "Split plans to simulate and run.")
@@ -49,25 +47,13 @@ def plans(graph: Any, devices: list[str], batch: int) -> dict[str, Any]:
 
 
 def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]:
-    from models import build_model
-    from tfplace.api import estimate_costs
     from tfplace.split.expand import simulate_plan
     from tfplace.split.plan import SplitPlan
     from tfplace.tf_graph.split_attrs import annotate_split_fields
     from tfplace.tf_graph.split_rewrite import static_graph
 
-    knobs, batch = MODEL_SIZES[name]
-    spec = build_model(name, **knobs)
     wait_for_quiet()
-    estimate = estimate_costs(  # profiled now (no cache): at the load the runs will see
-        spec.graph,
-        spec.train_op,
-        spec.feed_fn,
-        batch,
-        profile_batch_sizes=[batch],
-        init_op=spec.init_op,
-        cache_dir=FLAGS.cache_dir,
-    )
+    spec, batch, estimate = profiled_model(name)
     cost_graph = estimate.cost_graph
     annotate_split_fields(cost_graph, static_graph(spec.graph, batch))  # the attributes the rewrite sees
     cost_graph.set_transfer_model(devices.typical_link)
@@ -106,19 +92,6 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     return list(rows.values())
 
 
-def write_rows(rows: list[dict[str, Any]]) -> Path:
-    """Write the rows' model, plan, simulated and measured seconds and error to ``--output``."""
-    output = Path(FLAGS.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(("model", "placement", "simulated_s", "measured_s", "error"))
-        for row in rows:
-            seconds = (row["simulated_s"], row["measured_s"], row["error"])
-            writer.writerow((row["model"], row["placement"], *(f"{value:.6f}" for value in seconds)))
-    return output
-
-
 def main(argv: Sequence[str]) -> None:
     del argv
     from tfplace.estimator.calibration import calibrate_local_cluster
@@ -131,7 +104,7 @@ def main(argv: Sequence[str]) -> None:
         devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
-    output = write_rows(rows)
+    output = write_rows(rows, ("model", "placement", "simulated_s", "measured_s", "error"))
     print(f"calibrated at load {calibration_load}")
     print(output.read_text(), end="")
     print("model,plan,split ops in the step,mean step time of each run [s],load before -> after each run")
