@@ -203,7 +203,11 @@ def test_the_committed_small_graph_places_its_gradient_ops_with_their_forward_op
     graph = load_json_or_skip()
     devices = DeviceSet.parse("/device:GPU:0-3", int(np.ceil(0.3 * index_graph(graph).resident.sum())))
     placement = place_cost_graph(graph, devices, "celeritas", simulate=False)
-    assert all(placement.assignment[g] == placement.assignment[f] for g, f in gradient_pairs(graph))
+    pairs = [
+        (g, f) for g, f in gradient_pairs(graph) if f in graph
+    ]  # a forward op outside the step relates nothing
+    assert pairs
+    assert all(placement.assignment[g] == placement.assignment[f] for g, f in pairs)
 
 
 def load_json_or_skip() -> CostGraph:
