@@ -146,6 +146,15 @@ _WINDOWED = {
 }
 """Pooling: each window reads one channel of one example; spatial pieces need a halo."""
 
+_PADDING = {
+    BATCH: _rule((S0, R), (S0,), pads_axis0=False),
+    CHANNEL: _rule((SL, R), (SL,), pads_last_axis=False),
+    HEIGHT: _rule((halo(1), R), (S1,)),
+    WIDTH: _rule((halo(2), R), (S2,)),
+}
+"""``Pad``, ``PadV2`` (``constant_values`` read whole) and ``MirrorPad``; the cost graph's ``attrs``
+say which axes the paddings pad (:func:`tfplace.tf_graph.split_attrs.op_split_attrs`)."""
+
 RULES: dict[str, dict[str, SplitRule]] = {
     # y = conv(x, w): x NHWC, w HWIO (OptCNN Table 1: sample, channel, height, width).
     "Conv2D": {
@@ -231,6 +240,14 @@ RULES: dict[str, dict[str, SplitRule]] = {
         BATCH: _rule((S0, S0, R), (S0, P, P, R), **_NHWC),
         CHANNEL: _rule((SL, SL, S0), (SL, S0), **_NHWC),
     },
+    # Padding (ResNet's ZeroPadding2D): the pieces of a batch or channel split pad their slices as the
+    # whole op pads the tensor, where it pads neither the batch nor the channels; a piece of a
+    # spatial split computes a range of the padded rows, reading the input rows in it and padding by
+    # the part of the padding in it (a window of one row: no halo is read).
+    "Pad": _PADDING,
+    "PadV2": _PADDING,
+    # A mirrored pad reflects rows from inside the tensor: spatial pieces would read others' rows.
+    "MirrorPad": {key: rule for key, rule in _PADDING.items() if key in (BATCH, CHANNEL)},
     "SoftmaxCrossEntropyWithLogits": {BATCH: _rule((S0,), (S0,))},
     "SparseSoftmaxCrossEntropyWithLogits": {BATCH: _rule((S0,), (S0,))},
     # Reductions: keeping axis 0 (layer norm's moments) or summing over it (a loss, a bias gradient).

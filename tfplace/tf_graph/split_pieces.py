@@ -7,6 +7,9 @@ table (ids offset and masked).
   neighbouring slices) and runs with the clipped rows as explicit padding: ``EXPLICIT`` padding for
   the convolutions, a ``PadV2`` (``-inf`` for a max, zeros for an average) and ``VALID`` for the
   pooling. A filter gradient's pieces are partial sums over their rows, joined by ``AddN``.
+* A spatial piece of ``Pad`` (``PadV2``) computing padded rows ``lo:hi`` reads the input rows among
+  them and pads them by the part of the op's padding that falls in ``lo:hi`` (its other axes as the
+  whole op pads them).
 * An ``AvgPool`` piece averages zero-padded windows over their full size, so where the whole op's
   SAME windows hang over the border (and average only their valid values) the piece multiplies by
   ``size / valid count`` (:func:`~tfplace.tf_graph.split_windows.avg_pool_divisor_factor`): exact
@@ -27,9 +30,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from tfplace.split.rules import HEIGHT, REDUCTION, WIDTH
+from tfplace.tf_graph.split_attrs import constant_value
 from tfplace.tf_graph.split_nodes import DT_BOOL, DT_INT32
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
+    PADDED,
     avg_pool_divisor_factor,
     backward_rows,
     forward_rows,
@@ -99,6 +104,8 @@ def _piece_paddings(op: Any, axis: int, lo: int, hi: int) -> list[list[int]]:
 def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
     """The inputs of ``node``, the piece of spatial op ``op`` computing rows ``lo:hi`` along ``axis``
     (module docstring); sets the piece's padding attributes."""
+    if op.type in PADDED:
+        return _padded_rows(rw, op, node, axis, lo, hi, device)
     paddings = _piece_paddings(op, axis, lo, hi)
     padded_valid = _padded_valid(op)
     if op.type in _CONVOLUTIONS and not padded_valid:
@@ -129,6 +136,17 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     if op.type == "Conv2DBackpropFilter":
         inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
     return inputs
+
+
+def _padded_rows(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
+    """The inputs of the piece of a ``Pad`` computing padded rows ``lo:hi`` along ``axis``: the input
+    rows among them, and the op's paddings with ``axis``'s made the part of its padding in ``lo:hi``."""
+    (first, last), padding = forward_rows(window(op, axis), lo, hi)
+    paddings = np.array(constant_value(op.inputs[1]))
+    paddings[axis] = padding
+    amounts = rw.const(paddings.astype(op.inputs[1].dtype.as_numpy_dtype), device, f"{node.name}/paddings")
+    rest = [rw.whole(tensor, device) for tensor in op.inputs[2:]]  # PadV2's constant_values
+    return [rw.region(op.inputs[0], axis, first, last, device), amounts, *rest]
 
 
 def gather_shard_ids(rw: Rewriter, ids: str, tensor: Any, lo: int, hi: int, device: str, name: str) -> str:

@@ -15,14 +15,22 @@ from tfplace.core.devices import DeviceName
 from tfplace.split.plan import OpSplit
 from tfplace.split.rules import BATCH, HEIGHT, REDUCTION, REPLICA, WIDTH, SplitRule, can_replicate, op_rules
 from tfplace.tf_graph.constraints import kernel_device_types
-from tfplace.tf_graph.split_attrs import op_split_attrs
+from tfplace.tf_graph.split_attrs import constant_value, op_split_attrs
 from tfplace.tf_graph.split_layouts import (
     CHANNEL_MULTIPLIED,
     dimension,
     piece_ranges,
     sliced_sizes,
 )
-from tfplace.tf_graph.split_windows import BACKWARD_INPUT, SPATIAL, backward_rows, piece_axis_size, window
+from tfplace.tf_graph.split_windows import (
+    BACKWARD_INPUT,
+    PADDED,
+    SPATIAL,
+    backward_rows,
+    forward_rows,
+    piece_axis_size,
+    window,
+)
 
 __all__ = ["BATCH_NORMS", "FRAME_TYPES", "frame_ops", "keeps_whole", "refusal", "sums_partials"]
 
@@ -57,9 +65,22 @@ def frame_ops(graph: Any) -> dict[str, str]:
 
 def _spatial_refusal(op: Any, split: OpSplit, axis: int) -> str | None:
     if op.type not in SPATIAL:
-        return f"splits along {split.dimension} only as convolutions, their gradients and pooling do, not as {op.type}"
+        return (
+            f"splits along {split.dimension} only as convolutions, their gradients, pooling and padding"
+            f" do, not as {op.type}"
+        )
     if not all(tensor.shape.is_fully_defined() for tensor in (*op.inputs, *op.outputs)):
         return "needs static shapes for a spatial split"
+    if op.type in PADDED:
+        if op.outputs[0].shape.rank <= axis:
+            return f"has no axis {axis} to split along {split.dimension} (rank {op.outputs[0].shape.rank})"
+        if constant_value(op.inputs[1]) is None:
+            return f"needs constant paddings to pad each piece's rows along {split.dimension}"
+        geometry = window(op, axis)
+        for lo, hi in piece_ranges(geometry.out, split.shares):
+            (first, last), _ = forward_rows(geometry, lo, hi)
+            if hi > lo and first >= last:
+                return f"its rows {lo}:{hi} along {split.dimension} are all padding (no input row to read)"
     if op.type in BACKWARD_INPUT:
         geometry = window(op, axis)
         for lo, hi in piece_ranges(piece_axis_size(op, axis), split.shares):

@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.tf_graph.split_attrs import constant_value
+
 __all__ = [
     "BACKWARD_INPUT",
+    "PADDED",
     "SPATIAL",
     "BackwardRows",
     "Window",
@@ -27,7 +30,9 @@ __all__ = [
     "window",
 ]
 
-FORWARD = frozenset({"Conv2D", "MaxPool", "AvgPool", "Conv2DBackpropFilter"})
+PADDED = frozenset({"Pad", "PadV2"})
+"""Constant padding: a window of one row at stride 1, padded as the op pads the axis."""
+FORWARD = frozenset({"Conv2D", "MaxPool", "AvgPool", "Conv2DBackpropFilter", *PADDED})
 """Ops whose pieces compute a range of the forward window's output rows (a filter gradient sums
 over them)."""
 BACKWARD_INPUT = frozenset({"Conv2DBackpropInput", "Conv2DBackpropInputV2"})
@@ -59,6 +64,9 @@ def _dim(tensor: Any, axis: int) -> int:
 
 def window(op: Any, axis: int) -> Window:
     """``op``'s :class:`Window` along ``axis`` (1 height, 2 width)."""
+    if op.type in PADDED:
+        before, after = (int(amount) for amount in constant_value(op.inputs[1])[axis])
+        return Window(1, 1, before, after, _dim(op.inputs[0], axis), _dim(op.outputs[0], axis))
     strides = list(op.get_attr("strides"))
     if op.type in ("MaxPool", "AvgPool"):
         kernel, dilation = int(list(op.get_attr("ksize"))[axis]), 1
