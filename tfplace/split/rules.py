@@ -34,12 +34,14 @@ __all__ = [
     "BATCH",
     "CHANNEL",
     "DIMENSIONS",
+    "FED_WHOLE",
     "HEIGHT",
     "PARTIAL",
     "REDUCTION",
     "REPLICA",
     "REPLICATED",
     "RULES",
+    "SHAPE_INPUT",
     "SHAPE_OPS",
     "UNREPLICABLE",
     "WIDTH",
@@ -292,6 +294,23 @@ SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 """Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in
 a plan their inputs are dependencies that carry no bytes (the TensorFlow rewrite gives them the
 whole tensor's shape)."""
+
+FED_WHOLE = frozenset({"Placeholder"})
+"""Op types a split runs whole on its first device: a fed tensor is fed once, under its name (the
+user's feed), and each piece reading it takes its slice from there (the TensorFlow rewrite and the
+plan's expansion alike)."""
+
+SHAPE_INPUT = {
+    "Conv2DBackpropInput": 0,
+    "Conv2DBackpropFilter": 1,
+    "AvgPoolGrad": 0,
+    "DepthwiseConv2dNativeBackpropInput": 0,
+    "DepthwiseConv2dNativeBackpropFilter": 1,
+    "Reshape": 1,
+}
+"""Op type -> the input slot holding a shape the op computes with. A piece of a split op gets its own
+shape as a constant on its device (the TensorFlow rewrite writes it from the static shapes), so
+that input moves no bytes and waits for nothing."""
 
 REPLICA = "replica"
 """Not a dimension: every piece runs the whole op on its own device (a variable, its reads and its

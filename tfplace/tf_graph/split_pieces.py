@@ -131,7 +131,10 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     if (op.type not in _CONVOLUTIONS or padded_valid) and any(amount for pair in paddings for amount in pair):
         fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
         inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
-    if op.type in _CONVOLUTIONS:
+    if op.type == "Conv2DBackpropFilter":  # the filter's shape, as a constant on the piece's device
+        shape = np.asarray(op.outputs[0].shape.as_list(), op.inputs[1].dtype.as_numpy_dtype)
+        inputs.append(rw.const(shape, device, f"{node.name}/filter_sizes"))
+    elif op.type in _CONVOLUTIONS:
         inputs.append(rw.whole(op.inputs[1], device))
     if op.type == "Conv2DBackpropFilter":
         inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))

@@ -13,7 +13,18 @@ from typing import Any
 
 from tfplace.core.devices import DeviceName
 from tfplace.split.plan import OpSplit
-from tfplace.split.rules import BATCH, HEIGHT, REDUCTION, REPLICA, WIDTH, SplitRule, can_replicate, op_rules
+from tfplace.split.rules import (
+    BATCH,
+    FED_WHOLE,
+    HEIGHT,
+    REDUCTION,
+    REPLICA,
+    SHAPE_INPUT,
+    WIDTH,
+    SplitRule,
+    can_replicate,
+    op_rules,
+)
 from tfplace.tf_graph.constraints import kernel_device_types
 from tfplace.tf_graph.split_attrs import constant_value, op_split_attrs
 from tfplace.tf_graph.split_layouts import (
@@ -36,14 +47,6 @@ __all__ = ["BATCH_NORMS", "FRAME_TYPES", "frame_ops", "keeps_whole", "refusal", 
 
 BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 FRAME_TYPES = frozenset({"Enter", "RefEnter"})
-SHAPE_INPUT = {
-    "Conv2DBackpropInput": 0,
-    "Conv2DBackpropFilter": 1,
-    "AvgPoolGrad": 0,
-    "DepthwiseConv2dNativeBackpropInput": 0,
-    "DepthwiseConv2dNativeBackpropFilter": 1,
-}
-"""Op type -> the input slot holding a shape the op computes with: a piece gets its own shape."""
 
 
 def frame_ops(graph: Any) -> dict[str, str]:
@@ -137,7 +140,7 @@ def refusal(op: Any, split: OpSplit, frames: dict[str, str]) -> str | None:
         return f"degree {split.degree} exceeds its {split.dimension} dimension of {size}"
     if min(hi - lo for lo, hi in piece_ranges(size, split.shares)) < 1:
         return f"shares {split.shares} leave a piece of its {split.dimension} dimension of {size} empty"
-    if (op.type in SHAPE_INPUT or op.type == "Reshape") and not op.outputs[0].shape[1:].is_fully_defined():
+    if op.type in SHAPE_INPUT and not op.outputs[0].shape[1:].is_fully_defined():
         return "needs a static output shape to give each piece its own"
     if op.type == "GatherV2" and split.dimension == REDUCTION and not op.inputs[1].shape.is_fully_defined():
         return "needs its indices' static shape to mask the rows each piece's shard holds"
@@ -157,7 +160,7 @@ def keeps_whole(op: Any, split: OpSplit) -> str | None:
         return "batch norm in training mode: statistics over the whole batch"
     if split.dimension == REDUCTION and sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
         return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
-    if op.type == "Placeholder":
+    if op.type in FED_WHOLE:
         return "a fed tensor is fed whole under its name; each piece reading it takes its slice"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"
