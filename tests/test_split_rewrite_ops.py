@@ -134,6 +134,30 @@ def test_depthwise_convolutions_and_their_gradients_split_along_channels(
     assert check.pieces_run == check.pieces_in_step == 3 * devices and not check.misplaced
 
 
+@pytest.mark.parametrize(
+    ("multiplier", "stride", "padding", "dilation"),
+    [(1, 1, "SAME", 1), (2, 2, "SAME", 1), (1, 1, "VALID", 2), (3, 2, "VALID", 1)],
+)
+@pytest.mark.parametrize("dimension", [HEIGHT, WIDTH])
+def test_depthwise_convolutions_and_their_gradients_split_spatially_with_halos(
+    multiplier: int, stride: int, padding: str, dilation: int, dimension: str
+) -> None:
+    def build(x: Any) -> list[Any]:
+        kernel = _weight("w1", [3, 3, 5, multiplier])
+        return [tf.nn.depthwise_conv2d(x, kernel, [1, stride, stride, 1], padding, dilations=[dilation] * 2)]
+
+    graph, fetches, feeds = _graph(build, (2, 13, 14, 5))
+    plan = uniform_plan(graph, THREE_CPUS, dimension)
+    assert _split_types(plan, graph, dimension) == {
+        "DepthwiseConv2dNative",
+        "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
+    }
+    check = compare_split(graph, plan, fetches, feeds, steps=1, config=virtual_cpu_config(3))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert check.pieces_run > 0 and not check.misplaced
+
+
 @pytest.mark.parametrize("id_type", [tf.int32, tf.int64])
 def test_a_gather_split_over_its_table_rows_sums_shards_that_hold_each_id_once(id_type: Any) -> None:
     tf.compat.v1.disable_eager_execution()

@@ -185,16 +185,23 @@ RULES: dict[str, dict[str, SplitRule]] = {
     # gradient sums the pieces' partial gradients. Each input channel is convolved alone, so a
     # channel split gives a piece its input channels, their filters (HWCM: axis 2) and the
     # multiplier's output channels of each (``c * multiplier + m``: a contiguous range).
+    # Spatial splits read halos and sum the filter's partial gradients, as Conv2D's do.
     "DepthwiseConv2dNative": {
         BATCH: _rule((S0, R), (S0,), **_NHWC),
+        HEIGHT: _rule((halo(1), R), (S1,), **_NHWC),
+        WIDTH: _rule((halo(2), R), (S2,), **_NHWC),
         CHANNEL: _rule((SL, S2), (SL,), **_NHWC),
     },
     "DepthwiseConv2dNativeBackpropInput": {
         BATCH: _rule((R, R, S0), (S0,), **_NHWC),
+        HEIGHT: _rule((R, R, halo(1)), (S1,), **_NHWC),
+        WIDTH: _rule((R, R, halo(2)), (S2,), **_NHWC),
         CHANNEL: _rule((R, S2, SL), (SL,), **_NHWC),
     },
     "DepthwiseConv2dNativeBackpropFilter": {
         BATCH: _rule((S0, R, S0), (P,), **_NHWC),
+        HEIGHT: _rule((halo(1), R, S1), (P,), **_NHWC),
+        WIDTH: _rule((halo(2), R, S2), (P,), **_NHWC),
         CHANNEL: _rule((SL, R, SL), (S2,), **_NHWC),
     },
     # dx = conv_backprop_input_v2(x, w, dy) (TensorFlow 2.x): reads x for its shape only, so a piece

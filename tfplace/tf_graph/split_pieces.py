@@ -2,7 +2,7 @@
 their gradients and pooling (halos and explicit padding), and a gather's pieces over shards of its
 table (ids offset and masked).
 
-* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter``, ``MaxPool`` or ``AvgPool`` computing the
+* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter`` (and their depthwise forms), ``MaxPool`` or ``AvgPool`` computing the
   window's output rows ``lo:hi`` reads the input rows those windows cover (its halo: rows of the
   neighbouring slices) and runs with the clipped rows as explicit padding: ``EXPLICIT`` padding for
   the convolutions, a ``PadV2`` (``-inf`` for a max, zeros for an average) and ``VALID`` for the
@@ -34,6 +34,7 @@ from tfplace.tf_graph.split_attrs import constant_value
 from tfplace.tf_graph.split_nodes import DT_BOOL, DT_INT32
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
+    FILTER_GRADIENTS,
     PADDED,
     avg_pool_divisor_factor,
     backward_rows,
@@ -60,7 +61,8 @@ class Rewriter(Protocol):
     def dtype(self, dtype: int) -> Any: ...
 
 
-_CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropFilter", *BACKWARD_INPUT})
+_FORWARD_CONVOLUTIONS = frozenset({"Conv2D", "DepthwiseConv2dNative"})
+_CONVOLUTIONS = frozenset({*_FORWARD_CONVOLUTIONS, *FILTER_GRADIENTS, *BACKWARD_INPUT})
 
 
 def _explicit(node: Any, paddings: list[list[int]]) -> None:
@@ -76,7 +78,7 @@ def _explicit(node: Any, paddings: list[list[int]]) -> None:
 def _padded_valid(op: Any) -> bool:
     """Whether the piece pads explicitly with zeros and runs ``VALID``: TensorFlow's CPU kernels of the
     convolution gradients take no explicit padding with dilations above 1."""
-    if op.type not in _CONVOLUTIONS - {"Conv2D"}:
+    if op.type not in _CONVOLUTIONS - _FORWARD_CONVOLUTIONS:
         return False
     return any(int(d) > 1 for d in op.get_attr("dilations"))
 
@@ -131,12 +133,12 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     if (op.type not in _CONVOLUTIONS or padded_valid) and any(amount for pair in paddings for amount in pair):
         fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
         inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
-    if op.type == "Conv2DBackpropFilter":  # the filter's shape, as a constant on the piece's device
+    if op.type in FILTER_GRADIENTS:  # the filter's shape, as a constant on the piece's device
         shape = np.asarray(op.outputs[0].shape.as_list(), op.inputs[1].dtype.as_numpy_dtype)
         inputs.append(rw.const(shape, device, f"{node.name}/filter_sizes"))
     elif op.type in _CONVOLUTIONS:
         inputs.append(rw.whole(op.inputs[1], device))
-    if op.type == "Conv2DBackpropFilter":
+    if op.type in FILTER_GRADIENTS:
         inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
     return inputs
 

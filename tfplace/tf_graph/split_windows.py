@@ -20,6 +20,7 @@ from tfplace.tf_graph.split_attrs import constant_value
 
 __all__ = [
     "BACKWARD_INPUT",
+    "FILTER_GRADIENTS",
     "PADDED",
     "SPATIAL",
     "BackwardRows",
@@ -32,10 +33,14 @@ __all__ = [
 
 PADDED = frozenset({"Pad", "PadV2"})
 """Constant padding: a window of one row at stride 1, padded as the op pads the axis."""
-FORWARD = frozenset({"Conv2D", "MaxPool", "AvgPool", "Conv2DBackpropFilter", *PADDED})
+FILTER_GRADIENTS = frozenset({"Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropFilter"})
+"""Filter gradients: ``(input, filter_sizes, output_gradient)``, summed over the output's rows."""
+FORWARD = frozenset({"Conv2D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", *FILTER_GRADIENTS, *PADDED})
 """Ops whose pieces compute a range of the forward window's output rows (a filter gradient sums
 over them)."""
-BACKWARD_INPUT = frozenset({"Conv2DBackpropInput", "Conv2DBackpropInputV2"})
+BACKWARD_INPUT = frozenset(
+    {"Conv2DBackpropInput", "Conv2DBackpropInputV2", "DepthwiseConv2dNativeBackpropInput"}
+)
 """Ops whose pieces compute a range of the forward window's input rows (the input gradient)."""
 SPATIAL = FORWARD | BACKWARD_INPUT
 """Op types the rewrite splits along the height and the width."""
@@ -71,11 +76,11 @@ def window(op: Any, axis: int) -> Window:
     if op.type in ("MaxPool", "AvgPool"):
         kernel, dilation = int(list(op.get_attr("ksize"))[axis]), 1
     else:
-        filter_shape = op.outputs[0] if op.type == "Conv2DBackpropFilter" else op.inputs[1]
+        filter_shape = op.outputs[0] if op.type in FILTER_GRADIENTS else op.inputs[1]
         kernel, dilation = _dim(filter_shape, axis - 1), int(list(op.get_attr("dilations"))[axis])
     if op.type in BACKWARD_INPUT:
         size, out = _dim(op.outputs[0], axis), _dim(op.inputs[2], axis)
-    elif op.type == "Conv2DBackpropFilter":
+    elif op.type in FILTER_GRADIENTS:
         size, out = _dim(op.inputs[0], axis), _dim(op.inputs[2], axis)
     else:
         size, out = _dim(op.inputs[0], axis), _dim(op.outputs[0], axis)
