@@ -237,8 +237,20 @@ RULES: dict[str, dict[str, SplitRule]] = {
     "MaxPool": _WINDOWED,
     "AvgPool": _WINDOWED,
     # grad(orig_input, orig_output, dy) and grad(orig_input_shape, dy)
-    "MaxPoolGrad": {BATCH: _rule((S0,), (S0,), **_NHWC), CHANNEL: _rule((SL,), (SL,), **_NHWC)},
-    "AvgPoolGrad": {BATCH: _rule((R, S0), (S0,), **_NHWC), CHANNEL: _rule((R, SL), (SL,), **_NHWC)},
+    # A spatial piece computes a range of input rows from the windows touching it (their input and
+    # forward output rows for a max, their gradient rows): halos of all three.
+    "MaxPoolGrad": {
+        BATCH: _rule((S0,), (S0,), **_NHWC),
+        HEIGHT: _rule((halo(1),), (S1,), **_NHWC),
+        WIDTH: _rule((halo(2),), (S2,), **_NHWC),
+        CHANNEL: _rule((SL,), (SL,), **_NHWC),
+    },
+    "AvgPoolGrad": {
+        BATCH: _rule((R, S0), (S0,), **_NHWC),
+        HEIGHT: _rule((R, halo(1)), (S1,), **_NHWC),
+        WIDTH: _rule((R, halo(2)), (S2,), **_NHWC),
+        CHANNEL: _rule((R, SL), (SL,), **_NHWC),
+    },
     # Training batch norm split on the batch sums per-channel statistics over the pieces
     # (synchronized batch norm), so that the pieces compute what the whole op computes.
     "FusedBatchNormV3": {

@@ -36,6 +36,8 @@ from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
     FILTER_GRADIENTS,
     PADDED,
+    POOL_GRADIENTS,
+    BackwardRows,
     avg_pool_divisor_factor,
     backward_rows,
     forward_rows,
@@ -108,6 +110,8 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     (module docstring); sets the piece's padding attributes."""
     if op.type in PADDED:
         return _padded_rows(rw, op, node, axis, lo, hi, device)
+    if op.type in POOL_GRADIENTS:
+        return _pool_gradient_inputs(rw, op, node, axis, lo, hi, device)
     paddings = _piece_paddings(op, axis, lo, hi)
     padded_valid = _padded_valid(op)
     if op.type in _CONVOLUTIONS and not padded_valid:
@@ -141,6 +145,56 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     if op.type in FILTER_GRADIENTS:
         inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
     return inputs
+
+
+def _pool_windows(op: Any, axis: int, lo: int, hi: int) -> tuple[BackwardRows, list[list[int]], int, int]:
+    """For the piece of a pooling gradient computing input rows ``lo:hi`` along ``axis``: the rows of
+    the windows that touch them, the padding that makes every such window whole (NHWC pairs), and
+    the input rows ``start:end`` those windows read (beyond the image where padded)."""
+    geometry = window(op, axis)
+    rows = backward_rows(geometry, lo, hi)
+    assert rows is not None  # refused otherwise
+    first, last = rows.gradient
+    start, end = geometry.start(first), geometry.start(last - 1) + geometry.extent
+    paddings = [[0, 0], [0, 0], [0, 0], [0, 0]]
+    other = window(op, 3 - axis)
+    paddings[3 - axis] = [other.before, other.after]
+    paddings[axis] = [max(0, -start), max(0, end - geometry.size)]
+    return rows, paddings, start, end
+
+
+def _pool_gradient_inputs(
+    rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str
+) -> list[str]:
+    """The inputs of the piece of ``MaxPoolGrad`` or ``AvgPoolGrad`` computing input rows ``lo:hi``: the
+    gradient rows of every window touching them, and, for a max, the input rows those windows read
+    (padded with ``-inf`` where they overhang) and the windows' forward outputs, all run ``VALID``.
+    An average's gradient rows are scaled by ``size / valid count`` where SAME's windows overhang
+    (the whole op divides by the valid count, the piece's ``VALID`` windows by their size)."""
+    rows, paddings, start, end = _pool_windows(op, axis, lo, hi)
+    first, last = rows.gradient
+    node.attr["padding"].s = b"VALID"
+    gradient = rw.region(op.inputs[-1], axis, first, last, device)
+    if op.type == "MaxPoolGrad":
+        inputs = rw.region(op.inputs[0], axis, max(0, start), min(window(op, axis).size, end), device)
+        if any(amount for pair in paddings for amount in pair):
+            fill = np.asarray(-np.inf, op.inputs[0].dtype.as_numpy_dtype)
+            inputs = rw.pad(inputs, paddings, fill, device, f"{node.name}/pad")
+        return [inputs, rw.region(op.inputs[1], axis, first, last, device), gradient]
+    factor = avg_pool_divisor_factor(op, axis, first, last)
+    if factor is not None:
+        dtype = op.inputs[-1].dtype
+        weights = rw.const(factor.astype(dtype.as_numpy_dtype), device, f"{node.name}/divisor")
+        gradient = rw.node(
+            "Mul",
+            f"{node.name}/valid_average",
+            [gradient, weights],
+            device,
+            T=rw.dtype(dtype.as_datatype_enum),
+        )
+    shape = [size + sum(pair) for size, pair in zip(op.outputs[0].shape.as_list(), paddings)]
+    shape[axis] = end - start
+    return [rw.const(np.asarray(shape, np.int32), device, f"{node.name}/input_shape"), gradient]
 
 
 def _padded_rows(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
@@ -205,6 +259,23 @@ def _gather_mask(rw: Rewriter, op: Any, piece: str, device: str) -> str:
     return rw.node("SelectV2", f"{piece}/held_only", [mask, piece, zeros], device, T=out_type)
 
 
+def _pool_gradient_rows(rw: Rewriter, op: Any, piece: str, axis: int, lo: int, hi: int, device: str) -> str:
+    """The rows ``lo:hi`` of a pooling gradient's piece, which computed the padded rows of every window
+    touching them: cropped to the image's other axis and to ``lo:hi``, zeros where no window reads."""
+    rows, paddings, start, _ = _pool_windows(op, axis, lo, hi)
+    output = op.outputs[0]
+    dtype = output.dtype.as_datatype_enum
+    other = 3 - axis
+    before = paddings[other][0]
+    piece = rw.slice(piece, 4, other, before, before + output.shape[other], dtype, device)
+    piece = rw.slice(piece, 4, axis, rows.rows[0] - start, rows.rows[1] - start, dtype, device)
+    if not any(rows.zeros):
+        return piece
+    zeros = [[0, 0]] * 4
+    zeros[axis] = list(rows.zeros)
+    return rw.pad(piece, zeros, _zero(output), device, f"{piece.partition(':')[0]}/unread_rows")
+
+
 def finish_piece(
     rw: Rewriter, op: Any, dimension: str | None, piece: str, lo: int, hi: int, size: int, device: str
 ) -> str:
@@ -239,6 +310,8 @@ def finish_piece(
         zeros = [[0, 0]] * 4
         zeros[axis] = list(rows.zeros)
         return rw.pad(piece, zeros, _zero(output), device, f"{piece.partition(':')[0]}/unread_rows")
+    if op.type in POOL_GRADIENTS and axis is not None:
+        return _pool_gradient_rows(rw, op, piece, axis, lo, hi, device)
     if op.type == "GatherV2" and dimension == REDUCTION:
         return _gather_mask(rw, op, piece, device)
     return piece

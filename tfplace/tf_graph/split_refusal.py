@@ -36,6 +36,7 @@ from tfplace.tf_graph.split_layouts import (
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
     PADDED,
+    POOL_GRADIENTS,
     SPATIAL,
     backward_rows,
     forward_rows,
@@ -69,7 +70,7 @@ def frame_ops(graph: Any) -> dict[str, str]:
 def _spatial_refusal(op: Any, split: OpSplit, axis: int) -> str | None:
     if op.type not in SPATIAL:
         return (
-            f"splits along {split.dimension} only as convolutions, their gradients, pooling and padding"
+            f"splits along {split.dimension} only as convolutions, pooling, their gradients and padding"
             f" do, not as {op.type}"
         )
     if not all(tensor.shape.is_fully_defined() for tensor in (*op.inputs, *op.outputs)):
@@ -84,7 +85,7 @@ def _spatial_refusal(op: Any, split: OpSplit, axis: int) -> str | None:
             (first, last), _ = forward_rows(geometry, lo, hi)
             if hi > lo and first >= last:
                 return f"its rows {lo}:{hi} along {split.dimension} are all padding (no input row to read)"
-    if op.type in BACKWARD_INPUT:
+    if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS:
         geometry = window(op, axis)
         for lo, hi in piece_ranges(piece_axis_size(op, axis), split.shares):
             if hi > lo and backward_rows(geometry, lo, hi) is None:

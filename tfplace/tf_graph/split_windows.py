@@ -22,6 +22,7 @@ __all__ = [
     "BACKWARD_INPUT",
     "FILTER_GRADIENTS",
     "PADDED",
+    "POOL_GRADIENTS",
     "SPATIAL",
     "BackwardRows",
     "Window",
@@ -42,7 +43,10 @@ BACKWARD_INPUT = frozenset(
     {"Conv2DBackpropInput", "Conv2DBackpropInputV2", "DepthwiseConv2dNativeBackpropInput"}
 )
 """Ops whose pieces compute a range of the forward window's input rows (the input gradient)."""
-SPATIAL = FORWARD | BACKWARD_INPUT
+POOL_GRADIENTS = frozenset({"MaxPoolGrad", "AvgPoolGrad"})
+"""Pooling's input gradients: pieces compute ranges of the forward window's input rows, running the
+windows that touch them whole (``VALID`` on padded rows) and keeping their own rows."""
+SPATIAL = FORWARD | BACKWARD_INPUT | POOL_GRADIENTS
 """Op types the rewrite splits along the height and the width."""
 
 
@@ -73,13 +77,13 @@ def window(op: Any, axis: int) -> Window:
         before, after = (int(amount) for amount in constant_value(op.inputs[1])[axis])
         return Window(1, 1, before, after, _dim(op.inputs[0], axis), _dim(op.outputs[0], axis))
     strides = list(op.get_attr("strides"))
-    if op.type in ("MaxPool", "AvgPool"):
+    if op.type in ("MaxPool", "AvgPool", *POOL_GRADIENTS):
         kernel, dilation = int(list(op.get_attr("ksize"))[axis]), 1
     else:
         filter_shape = op.outputs[0] if op.type in FILTER_GRADIENTS else op.inputs[1]
         kernel, dilation = _dim(filter_shape, axis - 1), int(list(op.get_attr("dilations"))[axis])
-    if op.type in BACKWARD_INPUT:
-        size, out = _dim(op.outputs[0], axis), _dim(op.inputs[2], axis)
+    if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS:
+        size, out = _dim(op.outputs[0], axis), _dim(op.inputs[-1], axis)
     elif op.type in FILTER_GRADIENTS:
         size, out = _dim(op.inputs[0], axis), _dim(op.inputs[2], axis)
     else:
@@ -97,7 +101,7 @@ def piece_axis_size(op: Any, axis: int) -> int:
     """The rows a spatial split of ``op`` divides among its pieces: output rows of the forward window,
     input rows for an input gradient."""
     geometry = window(op, axis)
-    return geometry.size if op.type in BACKWARD_INPUT else geometry.out
+    return geometry.size if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS else geometry.out
 
 
 def forward_rows(w: Window, lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
