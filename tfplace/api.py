@@ -27,7 +27,7 @@ from typing import Any
 import networkx as nx
 from absl import logging
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph
 from tfplace.core.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model
 from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.core.placement import Placement
@@ -143,7 +143,6 @@ def estimate_costs(
     from tfplace.estimator.profiler import profile_graph
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.estimator.simd import cpu_float_lanes
-    from tfplace.split.costs import CHANNEL_BLOCK
     from tfplace.tf_graph.importer import import_graph, load_graph
 
     with quiet(not progress):

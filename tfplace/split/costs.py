@@ -28,10 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHANNEL_BLOCK", "PIECE_OVERHEAD", "piece_time", "time_at_batch"]
-
-CHANNEL_BLOCK = "channel_block"
-"""The graph attribute holding the channels the profiling device's kernels compute together."""
+__all__ = ["PIECE_OVERHEAD", "piece_time", "time_at_batch"]
 
 PIECE_OVERHEAD = 8e-6
 """Seconds of an op's time that a split does not divide: a kernel's launch on a V100

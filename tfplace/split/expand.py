@@ -47,11 +47,11 @@ from typing import Any
 
 import networkx as nx
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
-from tfplace.split.costs import CHANNEL_BLOCK, piece_time
+from tfplace.split.costs import piece_time
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import FED_WHOLE, PARTIAL, REPLICA, REPLICATED, SHAPE_INPUT, SHAPE_OPS, Layout
 

@@ -43,11 +43,12 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from tfplace.core.costgraph import CHANNEL_BLOCK
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
 from tfplace.split.coarsen import layer_groups, weight_groups
-from tfplace.split.costs import CHANNEL_BLOCK, piece_time
+from tfplace.split.costs import piece_time
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.elimination import Problem, solve
 from tfplace.split.expand import simulate_plan
