@@ -138,8 +138,8 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
         fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
         inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
     if op.type in FILTER_GRADIENTS:  # the filter's shape, as a constant on the piece's device
-        shape = np.asarray(op.outputs[0].shape.as_list(), op.inputs[1].dtype.as_numpy_dtype)
-        inputs.append(rw.const(shape, device, f"{node.name}/filter_sizes"))
+        filter_shape = np.asarray(op.outputs[0].shape.as_list(), op.inputs[1].dtype.as_numpy_dtype)
+        inputs.append(rw.const(filter_shape, device, f"{node.name}/filter_sizes"))
     elif op.type in _CONVOLUTIONS:
         inputs.append(rw.whole(op.inputs[1], device))
     if op.type in FILTER_GRADIENTS:
