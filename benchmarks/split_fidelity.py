@@ -157,24 +157,30 @@ def by_op_type(expanded: Any, report: Any) -> str:
 
 def explain(result: Any, report: Any, devices: Any) -> str:
     """Per worker, simulated against traced busy seconds (every node the worker ran but the RPCs
-    that received tensors), and simulated against traced tensors received."""
+    that received tensors), and simulated against traced tensors received (TensorFlow sends a
+    control dependency across workers as an empty tensor: counted apart)."""
     from tfplace.core.devices import DeviceName
     from tfplace.tf_graph.step_stats import node_compute_time
 
     busy: dict[int, float] = {}
-    received = 0
+    received = controls = 0
     for dev_stats in report.run_metadata[-1].step_stats.dev_stats:
         task = DeviceName.parse(dev_stats.device).task
         for node in dev_stats.node_stats:
             if node.node_name == "RecvTensor" or " = _Recv(" in node.timeline_label:
-                received += 1
+                empty = node.timeline_label.startswith("[0B]")  # a control dependency across workers
+                received += not empty
+                controls += empty
             else:
                 busy[task] = busy.get(task, 0.0) + node_compute_time(node)
     per_worker = " ".join(
         f"task{device.spec.task} {result.busy_time[d]:.4f}/{busy.get(device.spec.task, 0.0):.4f}"
         for d, device in enumerate(devices.devices)
     )
-    return f"busy {per_worker}; tensors received {result.transfers}/{received}"
+    return (
+        f"busy {per_worker}; tensors received {result.transfers}/{received} "
+        f"(and {controls} empty ones: control dependencies, simulated as messages)"
+    )
 
 
 if __name__ == "__main__":
