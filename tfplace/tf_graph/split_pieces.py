@@ -2,8 +2,8 @@
 their gradients and pooling (halos and explicit padding), and a gather's pieces over shards of its
 table (ids offset and masked).
 
-* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter`` (and their depthwise forms), ``MaxPool`` or ``AvgPool`` computing the
-  window's output rows ``lo:hi`` reads the input rows those windows cover (its halo: rows of the
+* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter`` (and their depthwise forms), ``MaxPool``
+  or ``AvgPool`` computing the window's output rows ``lo:hi`` reads the input rows those windows cover (its halo: rows of the
   neighbouring slices) and runs with the clipped rows as explicit padding: ``EXPLICIT`` padding for
   the convolutions, a ``PadV2`` (``-inf`` for a max, zeros for an average) and ``VALID`` for the
   pooling. A filter gradient's pieces are partial sums over their rows, joined by ``AddN``.
@@ -17,6 +17,9 @@ table (ids offset and masked).
 * A piece of ``Conv2DBackpropInput`` (``V2``) computing input-gradient rows ``lo:hi`` reads the
   output-gradient rows whose windows touch them, computes the rows those windows cover with
   explicit padding for the windows' rows outside, and pads with zeros the rows no window reads.
+* A piece of ``MaxPoolGrad`` or ``AvgPoolGrad`` computing input-gradient rows ``lo:hi`` runs every
+  window touching them whole (``VALID`` on rows padded with ``-inf``; an average's gradient rows
+  scaled by ``size / valid count``), keeps its rows and pads with zeros the rows no window reads.
 * A piece of ``GatherV2`` over table rows ``lo:hi`` gathers ``clip(ids - lo, 0, hi - lo - 1)`` from
   its shard and keeps the rows whose id it holds, zeros elsewhere (a vocabulary-parallel
   embedding); the pieces' partial results are summed, where exactly one term of each row is not
