@@ -9,12 +9,14 @@ the repository root:
 
     PYTHONPATH=. .venv/bin/python benchmarks/annotate_graphs.py
     PYTHONPATH=. .venv/bin/python benchmarks/annotate_graphs.py --models=inception_v3
+    PYTHONPATH=. .venv/bin/python benchmarks/annotate_graphs.py --models=resnet50_inference
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from absl import app, flags
 
@@ -24,7 +26,9 @@ from tfplace.estimator.shapes import shaped_graph
 from tfplace.tf_graph.split_attrs import PROBE_BATCHES, annotate_split_fields
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", list(MODELS), "Models whose saved graphs to annotate.")
+RESNET50 = "resnet50_inference"
+"""The forward-only ResNet50 of the inference tables (:mod:`experiments.inference`)."""
+flags.DEFINE_list("models", [*MODELS, RESNET50], "Models whose saved graphs to annotate.")
 flags.DEFINE_string("graphs_dir", "results/graphs", "Where the saved cost graphs are.")
 
 
@@ -36,14 +40,25 @@ def main(argv: Sequence[str]) -> None:
             print(f"{name}: no {path}, skipped")
             continue
         graph = load_json(path)
-        spec = build_model(name)
+        tf_graph, feed_fn = _built(name)
         probes = tuple(
-            shaped_graph(spec.graph, {key: value.shape for key, value in spec.feed_fn(batch).items()})
+            shaped_graph(tf_graph, {key: value.shape for key, value in feed_fn(batch).items()})
             for batch in PROBE_BATCHES
         )
-        annotated = annotate_split_fields(graph, spec.graph, (probes[0], probes[1]))
+        annotated = annotate_split_fields(graph, tf_graph, (probes[0], probes[1]))
         save_json(graph, path)
         print(f"{name}: {annotated:,} of {len(graph):,} ops annotated -> {path}", flush=True)
+
+
+def _built(name: str) -> tuple[Any, Any]:
+    """The TensorFlow graph of model ``name`` at its default knobs, and its feed function."""
+    if name == RESNET50:
+        from experiments.inference import RESNET50_IMAGE_SIZE, resnet50_forward
+
+        graph, _, _, feed_fn = resnet50_forward(RESNET50_IMAGE_SIZE)
+        return graph, feed_fn
+    spec = build_model(name)
+    return spec.graph, spec.feed_fn
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Inference: tf_keras ResNet50, MobileNetV2 and InceptionV3 (``weights=None``, small images) in graph
 mode, forward only, split by forced plans (every op the rewrite can split along the batch; every
-convolution on its output channels, every depthwise one on its channels; every convolution and
-pooling along the height, with halos, SAME average pooling included) on
+convolution on its output channels, every depthwise one on its channels; every convolution
+(depthwise ones too), pooling and padding along the height, with halos, SAME average pooling
+included) on
 virtual CPUs. Training: the benchmark models (small variants) and the saved test graphs, split
 along the batch (weight gradients summed by AddN before the update), 20 steps, on virtual CPUs and
 on two loopback workers. Each row prints the largest deviation (relative to the value's scale) of
@@ -50,7 +51,9 @@ FORCED = {
         op.name: CHANNEL for op in graph.get_operations() if op.type in ("Conv2D", "DepthwiseConv2dNative")
     },
     "height": lambda graph: {
-        op.name: HEIGHT for op in graph.get_operations() if op.type in ("Conv2D", "MaxPool", "AvgPool")
+        op.name: HEIGHT
+        for op in graph.get_operations()
+        if op.type in ("Conv2D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", "Pad")
     },
 }
 """Forced plan -> the ops it splits (``None``: every op that splits along the batch)."""

@@ -61,9 +61,10 @@ def measure_model(name: str, cluster: Any, devices: Any) -> list[dict[str, Any]]
     for plan_name, plan in plans(spec.graph, list(devices.names), batch).items():
         plan.devices = devices
         in_step = SplitPlan({op: plan.splits[op] for op in cost_graph}, devices, batch_size=batch)
-        result, _ = simulate_plan(cost_graph, in_step)
+        result, expanded = simulate_plan(cost_graph, in_step)
         rows[plan_name] = {
             "result": result,
+            "expanded": expanded,
             "model": name,
             "placement": plan_name,
             "simulated_s": result.makespan,
@@ -116,28 +117,70 @@ def main(argv: Sequence[str]) -> None:
     )
     for row in rows:
         print(f"{row['model']},{row['placement']}: {explain(row['result'], row['report'], devices)}")
+    print(f"model,plan: per op type, simulated / traced ms of the last run's traced step (top {TOP_TYPES})")
+    for row in rows:
+        print(f"{row['model']},{row['placement']}: {by_op_type(row['expanded'], row['report'])}")
+
+
+TOP_TYPES = 8
+"""Op types :func:`by_op_type` prints per plan: those of the most simulated or traced time."""
+_KERNEL_PREFIXES = ("_MklNative", "_Mkl")
+_TRACED_AS = {"Conv2DWithBias": "Conv2D", "StridedSlice": "Slice"}
+"""Traced op type -> the cost graph's: oneDNN's kernels are named by the op they run (a Conv2D fused
+with its BiasAdd reports as one), and the slices the rewrite cuts (StridedSlice) are the
+expansion's Slice nodes."""
+
+
+def by_op_type(expanded: Any, report: Any) -> str:
+    """Per op type, the simulated seconds of the expanded plan's nodes against the traced seconds of
+    the rewritten graph's nodes (every worker; the RPCs that received tensors left out): per-op
+    ratios stay meaningful on a loaded machine, where whole steps do not."""
+    from collections import Counter
+
+    from tfplace.tf_graph.step_stats import node_compute_time
+
+    simulated: Counter[str] = Counter()
+    for _, attrs in expanded.graph.nodes(data=True):
+        simulated[attrs["op_type"]] += attrs["compute_time"]
+    traced: Counter[str] = Counter()
+    for dev_stats in report.run_metadata[-1].step_stats.dev_stats:
+        for node in dev_stats.node_stats:
+            op_type = node.timeline_label.partition(" = ")[2].split("(", 1)[0]
+            if node.node_name == "RecvTensor" or op_type in ("", "_Recv", "_Send", "_HostRecv", "_HostSend"):
+                continue
+            for prefix in _KERNEL_PREFIXES:
+                op_type = op_type.removeprefix(prefix)
+            traced[_TRACED_AS.get(op_type, op_type)] += node_compute_time(node)
+    top = sorted(set(simulated) | set(traced), key=lambda t: -max(simulated[t], traced[t]))[:TOP_TYPES]
+    return " ".join(f"{t} {simulated[t] * 1e3:.2f}/{traced[t] * 1e3:.2f}" for t in top)
 
 
 def explain(result: Any, report: Any, devices: Any) -> str:
     """Per worker, simulated against traced busy seconds (every node the worker ran but the RPCs
-    that received tensors), and simulated against traced tensors received."""
+    that received tensors), and simulated against traced tensors received (TensorFlow sends a
+    control dependency across workers as an empty tensor: counted apart)."""
     from tfplace.core.devices import DeviceName
     from tfplace.tf_graph.step_stats import node_compute_time
 
     busy: dict[int, float] = {}
-    received = 0
+    received = controls = 0
     for dev_stats in report.run_metadata[-1].step_stats.dev_stats:
         task = DeviceName.parse(dev_stats.device).task
         for node in dev_stats.node_stats:
             if node.node_name == "RecvTensor" or " = _Recv(" in node.timeline_label:
-                received += 1
+                empty = node.timeline_label.startswith("[0B]")  # a control dependency across workers
+                received += not empty
+                controls += empty
             else:
                 busy[task] = busy.get(task, 0.0) + node_compute_time(node)
     per_worker = " ".join(
         f"task{device.spec.task} {result.busy_time[d]:.4f}/{busy.get(device.spec.task, 0.0):.4f}"
         for d, device in enumerate(devices.devices)
     )
-    return f"busy {per_worker}; tensors received {result.transfers}/{received}"
+    return (
+        f"busy {per_worker}; tensors received {result.transfers}/{received} "
+        f"(and {controls} empty ones: control dependencies, simulated as messages)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ __all__ = [
     "at_batch",
     "forward_graph",
     "profile_resnet50_inference",
+    "resnet50_forward",
 ]
 
 RESNET50_IMAGE_SIZE = 224
@@ -102,7 +103,7 @@ def profile_resnet50_inference(
     from tfplace.estimator.shapes import shaped_graph
     from tfplace.tf_graph.split_attrs import PROBE_BATCHES, annotate_split_fields
 
-    graph, output, init_op, feed_fn = _resnet50_forward(image_size)
+    graph, output, init_op, feed_fn = resnet50_forward(image_size)
     estimate = estimate_costs(
         graph,
         output,
@@ -122,7 +123,7 @@ def profile_resnet50_inference(
     return costs
 
 
-def _resnet50_forward(image_size: int) -> tuple[Any, str, str, Any]:
+def resnet50_forward(image_size: int) -> tuple[Any, str, str, Any]:
     """A seeded graph-mode ResNet50 (1000 classes, no weights loaded) applied with ``training=False``:
     the graph, its output's name, the initializer's name and the feed function."""
     import tensorflow as tf

@@ -40,8 +40,9 @@ def test_data_parallelism_halves_compute_and_all_reduces_the_weight_gradient():
     one = simulate(graph, {op: NAMES[0] for op in graph}, GPUS).makespan
     assert result.makespan < 0.55 * one
     # A ring all-reduce moves 2 (k - 1) / k of the 400-byte gradient per device; the loss (4 bytes,
-    # partial) is summed on both devices.
-    assert result.bytes_moved == 2 * 200 * 2 + 2 * 4
+    # partial) is summed on both devices; the images are fed on the first device, which sends the
+    # second its half (4000 of 8000 bytes).
+    assert result.bytes_moved == 2 * 200 * 2 + 2 * 4 + 4000
     assert expanded.graph.nodes["conv#p0"]["compute_time"] == pytest.approx(4.0)
 
 
@@ -115,3 +116,34 @@ def test_the_chrome_trace_shows_the_pieces(tmp_path):
     to_chrome_trace(result, GPUS, tmp_path / "trace.json")
     text = (tmp_path / "trace.json").read_text()
     assert "conv#p0" in text and "conv#p1" in text and "allreduce" in text
+
+
+def test_a_piece_reads_its_ops_shape_input_as_its_own_constant_and_nothing_moves():
+    # dw's input 1 is the filter's shape (Conv2DBackpropFilter's filter_sizes): the rewrite writes a
+    # constant on each piece's device, so no piece depends on the op that computed it.
+    graph = small_cnn_graph()
+    graph.add_op("sizes", op_type="Shape", compute_time=0.0, output_sizes=(16,), output_shapes=((4,),))
+    graph.remove_edge("w", "dw")
+    graph.add_dependency("sizes", "dw", slots=(0,))
+    graph.nodes["dw"]["inputs"] = (("x", 0), ("sizes", 0), ("relu_grad", 0))
+    plan = SplitPlan({op: OpSplit.whole(NAMES[0]) for op in graph}, GPUS)
+    plan.splits["dw"] = OpSplit(NAMES, "batch")
+    expanded = expand_plan(graph, plan)
+    assert not any(expanded.graph.has_edge("sizes", piece) for piece in ("dw#p0", "dw#p1"))
+    plan.splits["dw"] = OpSplit.whole(NAMES[1])  # run whole, the op reads the tensor itself
+    assert expand_plan(graph, plan).graph.has_edge("sizes", "dw")
+
+
+@pytest.mark.parametrize("dimension", ["batch", "replica"])
+def test_a_fed_tensor_lives_on_the_first_device_and_the_others_receive_their_slices(dimension):
+    # as the TensorFlow rewrite feeds it: whole, under the user's name, on the split's first device
+    graph = small_cnn_graph()
+    plan = data_parallel(graph)
+    plan.splits["x"] = OpSplit(NAMES, dimension)
+    expanded = expand_plan(graph, plan)
+    assert expanded.nodes_of["x"] == ("x",) and expanded.devices["x"] == NAMES[0]
+    assert set(expanded.graph.predecessors("conv#p0")) >= {"x"}
+    (cut,) = [
+        n for n in expanded.graph.predecessors("conv#p1") if expanded.graph.nodes[n]["op_type"] == "Slice"
+    ]
+    assert expanded.devices[cut] == NAMES[0] and expanded.graph.nodes[cut]["output_sizes"] == (4000,)

@@ -75,6 +75,29 @@ def test_same_average_pooling_splits_spatially_and_its_border_windows_average_on
 
 
 @pytest.mark.parametrize(
+    ("stride", "size", "padding"), [(1, 3, "SAME"), (2, 3, "SAME"), (2, 2, "VALID"), (3, 2, "VALID")]
+)
+@pytest.mark.parametrize("pool", [tf.nn.max_pool2d, tf.nn.avg_pool2d])
+@pytest.mark.parametrize("dimension", [HEIGHT, WIDTH])
+def test_pooling_gradients_split_spatially_compute_the_whole_input_gradient(
+    stride: int, size: int, padding: str, pool: Any, dimension: str
+) -> None:
+    # A piece runs every window touching its rows whole (a max on -inf padding, an average's border
+    # windows rescaled) and keeps its rows; a window of 2 at stride 3 leaves rows no window reads.
+    def build(x: Any) -> list[Any]:
+        hidden = tf.nn.conv2d(x, _weight("w1", [3, 3, 3, 4]), 1, "SAME")
+        return [pool(hidden, size, stride, padding)]
+
+    graph, fetches, feeds = _graph(build, (2, 13, 11, 3))
+    plan = uniform_plan(graph, THREE_CPUS, dimension)
+    gradient = "MaxPoolGrad" if pool is tf.nn.max_pool2d else "AvgPoolGrad"
+    assert gradient in _split_types(plan, graph, dimension)
+    check = compare_split(graph, plan, fetches, feeds, steps=1, config=virtual_cpu_config(3))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert check.pieces_run > 0 and not check.misplaced
+
+
+@pytest.mark.parametrize(
     ("kernel", "stride", "padding", "dilation"),
     [
         (3, 1, "SAME", 1),
@@ -132,6 +155,30 @@ def test_depthwise_convolutions_and_their_gradients_split_along_channels(
     check = compare_split(graph, plan, fetches, feeds, steps=1, config=virtual_cpu_config(devices))
     assert check.max_deviation < TOLERANCE, check.worst
     assert check.pieces_run == check.pieces_in_step == 3 * devices and not check.misplaced
+
+
+@pytest.mark.parametrize(
+    ("multiplier", "stride", "padding", "dilation"),
+    [(1, 1, "SAME", 1), (2, 2, "SAME", 1), (1, 1, "VALID", 2), (3, 2, "VALID", 1)],
+)
+@pytest.mark.parametrize("dimension", [HEIGHT, WIDTH])
+def test_depthwise_convolutions_and_their_gradients_split_spatially_with_halos(
+    multiplier: int, stride: int, padding: str, dilation: int, dimension: str
+) -> None:
+    def build(x: Any) -> list[Any]:
+        kernel = _weight("w1", [3, 3, 5, multiplier])
+        return [tf.nn.depthwise_conv2d(x, kernel, [1, stride, stride, 1], padding, dilations=[dilation] * 2)]
+
+    graph, fetches, feeds = _graph(build, (2, 13, 14, 5))
+    plan = uniform_plan(graph, THREE_CPUS, dimension)
+    assert _split_types(plan, graph, dimension) == {
+        "DepthwiseConv2dNative",
+        "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
+    }
+    check = compare_split(graph, plan, fetches, feeds, steps=1, config=virtual_cpu_config(3))
+    assert check.max_deviation < TOLERANCE, check.worst
+    assert check.pieces_run > 0 and not check.misplaced
 
 
 @pytest.mark.parametrize("id_type", [tf.int32, tf.int64])

@@ -27,7 +27,7 @@ from typing import Any
 import networkx as nx
 from absl import logging
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph
 from tfplace.core.device_model import DEVICE_MODELS, DeviceModel, convert_graph, device_model
 from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
 from tfplace.core.placement import Placement
@@ -142,6 +142,7 @@ def estimate_costs(
     """
     from tfplace.estimator.profiler import profile_graph
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
+    from tfplace.estimator.simd import cpu_float_lanes
     from tfplace.tf_graph.importer import import_graph, load_graph
 
     with quiet(not progress):
@@ -188,6 +189,8 @@ def estimate_costs(
             profile_batch_sizes=list(profile.batch_sizes),
             estimated_ops=list(profile.estimated_ops),
         )
+        if profile.devices and all("CPU" in device.upper() for device in profile.devices.values()):
+            filled.graph[CHANNEL_BLOCK] = cpu_float_lanes()  # what a channel split's pieces save
         refinement = None
         if refine_on is not None:
             from tfplace.estimator.refine import refine_costs

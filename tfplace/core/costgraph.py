@@ -64,8 +64,9 @@ Edge attributes (one edge per producer-consumer pair; several tensors between a 
         ``True`` when the edge is a control dependency only.
 
 Graph attributes (``graph.graph``)
-    ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``) and any metadata the
-    producer of the graph wants to keep (``source``, ``fingerprint``, ...).
+    ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``), ``channel_block``
+    (:data:`CHANNEL_BLOCK`) and any metadata the producer of the graph wants to keep (``source``,
+    ``fingerprint``, ...).
 
 Memory
     The static model every placer shares: a device holds the resident bytes of its ops for the
@@ -94,6 +95,7 @@ from tfplace.core.gradients import gradient_relation
 from tfplace.core.transfer import TransferModel
 
 __all__ = [
+    "CHANNEL_BLOCK",
     "JSON_FORMAT",
     "JSON_VERSION",
     "READABLE_VERSIONS",
@@ -117,6 +119,10 @@ __all__ = [
     "save_json",
 ]
 
+CHANNEL_BLOCK = "channel_block"
+"""Graph attribute: how many channels the profiling device's kernels compute together (a CPU's
+float32 SIMD lanes); a split's channel pieces cost whole blocks (:mod:`tfplace.split.costs`). Absent
+on graphs whose times are another device's (:func:`tfplace.core.device_model.convert_graph`)."""
 JSON_FORMAT = "tfplace.costgraph"
 JSON_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)

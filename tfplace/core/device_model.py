@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CostGraph, atomic_write_text
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, atomic_write_text
 from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
@@ -205,6 +205,7 @@ def convert_graph(
     for name, seconds in (overrides or {}).items():
         converted.nodes[name]["compute_time"] = float(seconds)
     converted.graph["device_model"] = target.name
+    converted.graph.pop(CHANNEL_BLOCK, None)  # the profiling CPU's SIMD blocks, not the target's
     return converted
 
 

@@ -3,7 +3,9 @@
 :func:`expand_plan` turns every op of a :class:`~tfplace.split.plan.SplitPlan` into nodes of a new
 :class:`~tfplace.core.costgraph.CostGraph`, each with one device:
 
-* an op of degree 1 stays itself; an op run as replicas becomes one copy per device
+* an op of degree 1 stays itself, and so does a fed tensor (:data:`~tfplace.split.rules.FED_WHOLE`:
+  the user feeds it whole on the split's first device, as the TensorFlow rewrite does, and pieces on
+  other devices receive their slices from there); an op run as replicas becomes one copy per device
   (``op#r0``, ``op#r1``, ...); an op split along a dimension becomes one piece per device
   (``op#p0``, ...) costing what :func:`tfplace.split.costs.piece_time` says, its output slots
   :func:`~tfplace.split.rules.sharded` (the piece's share of the bytes) or partial (all of them);
@@ -29,7 +31,9 @@
 * control dependencies join every node of the producer to every node of the consumer, except that
   replicas on the same devices are ordered device by device (each replica's variable update before
   that replica's read, as MirroredStrategy's replicas run); a shape op
-  (:data:`~tfplace.split.rules.SHAPE_OPS`) waits for its input without receiving its bytes.
+  (:data:`~tfplace.split.rules.SHAPE_OPS`) waits for its input without receiving its bytes, and a
+  piece reads the shape input of its op (:data:`~tfplace.split.rules.SHAPE_INPUT`: an input
+  gradient's sizes, a reshape's shape) as a constant of its own device, with no edge at all.
 
 :func:`simulate_plan` runs the expanded graph through :func:`tfplace.simulator.simulate`, so the
 step time, per-device peak memory, bytes moved, Chrome trace and timeline all show the pieces.
@@ -43,13 +47,13 @@ from typing import Any
 
 import networkx as nx
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
 from tfplace.split.costs import piece_time
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
-from tfplace.split.rules import PARTIAL, REPLICA, REPLICATED, SHAPE_OPS, Layout
+from tfplace.split.rules import FED_WHOLE, PARTIAL, REPLICA, REPLICATED, SHAPE_INPUT, SHAPE_OPS, Layout
 
 __all__ = ["HALO_ROWS", "ExpandedPlan", "expand_plan", "simulate_plan"]
 
@@ -160,6 +164,8 @@ class _Expander:
                 "device_kinds",
             )
         }
+        if attrs["op_type"] in FED_WHOLE and split.degree > 1:  # fed once; readers take slices
+            self.rules[op], split = None, OpSplit.whole(split.devices[0])
         rule = self.rules[op]
         pieces: list[_Piece] = []
         if split.degree == 1 or rule is None:
@@ -172,12 +178,12 @@ class _Expander:
             self.pieces[op] = pieces
             return
         whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
-        batch = self.graph.graph.get("batch_size")
+        batch, block = self.graph.graph.get("batch_size"), self.graph.graph.get(CHANNEL_BLOCK, 1)
         lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
             name = f"{op}#p{i}"
             piece = {
-                "compute_time": float(piece_time(attrs, str(split.dimension), share, batch)),
+                "compute_time": float(piece_time(attrs, str(split.dimension), share, batch, block)),
                 "persistent_bytes": round(attrs["persistent_bytes"] * share),
                 "temporary_bytes": round(attrs["temporary_bytes"] * share),
                 "flops": float(attrs["flops"] * share),
@@ -246,8 +252,11 @@ class _Expander:
         split = self.plan.splits[v]
         rule = self.rules[v]
         inputs = self.graph.nodes[v].get("inputs") or ()
+        shape_input = SHAPE_INPUT.get(self.graph.nodes[v]["op_type"]) if rule is not None else None
         for slot in edge["slots"]:
             positions = [i for i, source in enumerate(inputs) if source == (u, slot)]
+            if positions and set(positions) == {shape_input}:
+                continue  # each piece reads its own shape, a constant on its device: nothing moves
             if rule is None:
                 layouts = {REPLICATED}
             elif positions:

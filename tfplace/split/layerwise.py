@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from tfplace.core.costgraph import CHANNEL_BLOCK
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
@@ -172,12 +173,14 @@ class _Pricer:
 
     def compute(self, ops: Iterable[str], splits: Mapping[str, OpSplit]) -> float:
         """The ops' slowest pieces, one after the other."""
-        batch = self.graph.graph.get("batch_size")
+        batch, block = self.graph.graph.get("batch_size"), self.graph.graph.get(CHANNEL_BLOCK, 1)
         seconds = 0.0
         for op in ops:
             split, attrs = splits[op], self.graph.nodes[op]
             seconds += max(
-                piece_time(attrs, split.dimension or "", share if split.dimension != REPLICA else 1.0, batch)
+                piece_time(
+                    attrs, split.dimension or "", share if split.dimension != REPLICA else 1.0, batch, block
+                )
                 / self.speeds.get(device, 1.0)
                 for device, share in zip(split.devices, split.shares)
             )
@@ -509,12 +512,16 @@ def _fits(plan: SplitPlan, memory: Mapping[str, int]) -> bool:
 def _busiest_device_seconds(graph: nx.DiGraph, plan: SplitPlan, speeds: Mapping[str, float]) -> float:
     """A lower bound of ``plan``'s step time: the compute of its busiest device, without waiting or
     transfers (the simulator runs one op at a time per device)."""
-    batch = graph.graph.get("batch_size")
+    batch, block = graph.graph.get("batch_size"), graph.graph.get(CHANNEL_BLOCK, 1)
     busy: dict[str, float] = {}
     for op, split in plan.splits.items():
         for device, share in zip(split.devices, split.shares):
             piece = piece_time(
-                graph.nodes[op], split.dimension or "", share if split.dimension != REPLICA else 1.0, batch
+                graph.nodes[op],
+                split.dimension or "",
+                share if split.dimension != REPLICA else 1.0,
+                batch,
+                block,
             )
             busy[device] = busy.get(device, 0.0) + piece / speeds.get(device, 1.0)
     return max(busy.values(), default=0.0)

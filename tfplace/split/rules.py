@@ -34,12 +34,14 @@ __all__ = [
     "BATCH",
     "CHANNEL",
     "DIMENSIONS",
+    "FED_WHOLE",
     "HEIGHT",
     "PARTIAL",
     "REDUCTION",
     "REPLICA",
     "REPLICATED",
     "RULES",
+    "SHAPE_INPUT",
     "SHAPE_OPS",
     "UNREPLICABLE",
     "WIDTH",
@@ -146,6 +148,15 @@ _WINDOWED = {
 }
 """Pooling: each window reads one channel of one example; spatial pieces need a halo."""
 
+_PADDING = {
+    BATCH: _rule((S0, R), (S0,), pads_axis0=False),
+    CHANNEL: _rule((SL, R), (SL,), pads_last_axis=False),
+    HEIGHT: _rule((halo(1), R), (S1,)),
+    WIDTH: _rule((halo(2), R), (S2,)),
+}
+"""``Pad``, ``PadV2`` (``constant_values`` read whole) and ``MirrorPad``; the cost graph's ``attrs``
+say which axes the paddings pad (:func:`tfplace.tf_graph.split_attrs.op_split_attrs`)."""
+
 RULES: dict[str, dict[str, SplitRule]] = {
     # y = conv(x, w): x NHWC, w HWIO (OptCNN Table 1: sample, channel, height, width).
     "Conv2D": {
@@ -174,16 +185,23 @@ RULES: dict[str, dict[str, SplitRule]] = {
     # gradient sums the pieces' partial gradients. Each input channel is convolved alone, so a
     # channel split gives a piece its input channels, their filters (HWCM: axis 2) and the
     # multiplier's output channels of each (``c * multiplier + m``: a contiguous range).
+    # Spatial splits read halos and sum the filter's partial gradients, as Conv2D's do.
     "DepthwiseConv2dNative": {
         BATCH: _rule((S0, R), (S0,), **_NHWC),
+        HEIGHT: _rule((halo(1), R), (S1,), **_NHWC),
+        WIDTH: _rule((halo(2), R), (S2,), **_NHWC),
         CHANNEL: _rule((SL, S2), (SL,), **_NHWC),
     },
     "DepthwiseConv2dNativeBackpropInput": {
         BATCH: _rule((R, R, S0), (S0,), **_NHWC),
+        HEIGHT: _rule((R, R, halo(1)), (S1,), **_NHWC),
+        WIDTH: _rule((R, R, halo(2)), (S2,), **_NHWC),
         CHANNEL: _rule((R, S2, SL), (SL,), **_NHWC),
     },
     "DepthwiseConv2dNativeBackpropFilter": {
         BATCH: _rule((S0, R, S0), (P,), **_NHWC),
+        HEIGHT: _rule((halo(1), R, S1), (P,), **_NHWC),
+        WIDTH: _rule((halo(2), R, S2), (P,), **_NHWC),
         CHANNEL: _rule((SL, R, SL), (S2,), **_NHWC),
     },
     # dx = conv_backprop_input_v2(x, w, dy) (TensorFlow 2.x): reads x for its shape only, so a piece
@@ -219,8 +237,20 @@ RULES: dict[str, dict[str, SplitRule]] = {
     "MaxPool": _WINDOWED,
     "AvgPool": _WINDOWED,
     # grad(orig_input, orig_output, dy) and grad(orig_input_shape, dy)
-    "MaxPoolGrad": {BATCH: _rule((S0,), (S0,), **_NHWC), CHANNEL: _rule((SL,), (SL,), **_NHWC)},
-    "AvgPoolGrad": {BATCH: _rule((R, S0), (S0,), **_NHWC), CHANNEL: _rule((R, SL), (SL,), **_NHWC)},
+    # A spatial piece computes a range of input rows from the windows touching it (their input and
+    # forward output rows for a max, their gradient rows): halos of all three.
+    "MaxPoolGrad": {
+        BATCH: _rule((S0,), (S0,), **_NHWC),
+        HEIGHT: _rule((halo(1),), (S1,), **_NHWC),
+        WIDTH: _rule((halo(2),), (S2,), **_NHWC),
+        CHANNEL: _rule((SL,), (SL,), **_NHWC),
+    },
+    "AvgPoolGrad": {
+        BATCH: _rule((R, S0), (S0,), **_NHWC),
+        HEIGHT: _rule((R, halo(1)), (S1,), **_NHWC),
+        WIDTH: _rule((R, halo(2)), (S2,), **_NHWC),
+        CHANNEL: _rule((R, SL), (SL,), **_NHWC),
+    },
     # Training batch norm split on the batch sums per-channel statistics over the pieces
     # (synchronized batch norm), so that the pieces compute what the whole op computes.
     "FusedBatchNormV3": {
@@ -231,6 +261,14 @@ RULES: dict[str, dict[str, SplitRule]] = {
         BATCH: _rule((S0, S0, R), (S0, P, P, R), **_NHWC),
         CHANNEL: _rule((SL, SL, S0), (SL, S0), **_NHWC),
     },
+    # Padding (ResNet's ZeroPadding2D): the pieces of a batch or channel split pad their slices as the
+    # whole op pads the tensor, where it pads neither the batch nor the channels; a piece of a
+    # spatial split computes a range of the padded rows, reading the input rows in it and padding by
+    # the part of the padding in it (a window of one row: no halo is read).
+    "Pad": _PADDING,
+    "PadV2": _PADDING,
+    # A mirrored pad reflects rows from inside the tensor: spatial pieces would read others' rows.
+    "MirrorPad": {key: rule for key, rule in _PADDING.items() if key in (BATCH, CHANNEL)},
     "SoftmaxCrossEntropyWithLogits": {BATCH: _rule((S0,), (S0,))},
     "SparseSoftmaxCrossEntropyWithLogits": {BATCH: _rule((S0,), (S0,))},
     # Reductions: keeping axis 0 (layer norm's moments) or summing over it (a loss, a bias gradient).
@@ -275,6 +313,23 @@ SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 """Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in
 a plan their inputs are dependencies that carry no bytes (the TensorFlow rewrite gives them the
 whole tensor's shape)."""
+
+FED_WHOLE = frozenset({"Placeholder"})
+"""Op types a split runs whole on its first device: a fed tensor is fed once, under its name (the
+user's feed), and each piece reading it takes its slice from there (the TensorFlow rewrite and the
+plan's expansion alike)."""
+
+SHAPE_INPUT = {
+    "Conv2DBackpropInput": 0,
+    "Conv2DBackpropFilter": 1,
+    "AvgPoolGrad": 0,
+    "DepthwiseConv2dNativeBackpropInput": 0,
+    "DepthwiseConv2dNativeBackpropFilter": 1,
+    "Reshape": 1,
+}
+"""Op type -> the input slot holding a shape the op computes with. A piece of a split op gets its own
+shape as a constant on its device (the TensorFlow rewrite writes it from the static shapes), so
+that input moves no bytes and waits for nothing."""
 
 REPLICA = "replica"
 """Not a dimension: every piece runs the whole op on its own device (a variable, its reads and its

@@ -11,8 +11,10 @@ from typing import Any
 from tfplace.core.costgraph import CostGraph
 
 __all__ = [
+    "PADS",
     "PROBE_BATCHES",
     "annotate_split_fields",
+    "constant_value",
     "op_inputs",
     "op_output_shapes",
     "op_split_attrs",
@@ -21,11 +23,13 @@ __all__ = [
 
 _FLAG_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y")
 _REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod"})
+PADS = frozenset({"Pad", "PadV2", "MirrorPad"})
+"""Op types whose input 1 holds the paddings, ``[rank, 2]`` amounts before and after each axis."""
 _AXIS_INPUT = {"ConcatV2": -1, "Split": 0, "GatherV2": 2}
 """Op type -> the input that holds its axis."""
 
 
-def _constant(tensor: Any) -> Any:
+def constant_value(tensor: Any) -> Any:
     """The value of ``tensor`` when it is a ``Const`` op's output, else ``None``."""
     from tensorflow.python.framework import tensor_util
 
@@ -46,7 +50,7 @@ def _leads_with_batch(tensor: Any) -> bool:
 def _keeps_axis0(op: Any) -> bool | None:
     """Whether slicing axis 0 of the op's first data input slices axis 0 of its outputs alike."""
     if op.type == "Transpose":
-        perm = _constant(op.inputs[1])
+        perm = constant_value(op.inputs[1])
         return None if perm is None else bool(int(perm.flat[0]) == 0)
     if op.type in ("Reshape", "Slice"):
         before, after = op.inputs[0].shape, op.outputs[0].shape
@@ -60,7 +64,7 @@ def _keeps_axis0(op: Any) -> bool | None:
             and before[1:].is_fully_defined()
             and after[1:].is_fully_defined()
         )
-    axis = _constant(op.inputs[_AXIS_INPUT[op.type]])
+    axis = constant_value(op.inputs[_AXIS_INPUT[op.type]])
     rank = _rank(op.outputs[0])
     if axis is None or rank is None:
         return None
@@ -77,7 +81,7 @@ def op_split_attrs(op: Any) -> dict[str, Any] | None:
         if name in node_attrs:
             attrs[name] = bool(node_attrs[name].b)
     if op.type in _REDUCTIONS:
-        axes = _constant(op.inputs[1])
+        axes = constant_value(op.inputs[1])
         rank = _rank(op.inputs[0])
         if axes is not None and rank:
             attrs["reduces_axis0"] = 0 in {int(a) % rank for a in axes.flat}
@@ -87,8 +91,13 @@ def op_split_attrs(op: Any) -> dict[str, Any] | None:
         keeps = _keeps_axis0(op)
         if keeps is not None:
             attrs["keeps_axis0"] = keeps
+    if op.type in PADS:
+        paddings = constant_value(op.inputs[1])
+        if paddings is not None and paddings.ndim == 2 and len(paddings):
+            attrs["pads_axis0"] = bool(paddings[0].any())
+            attrs["pads_last_axis"] = bool(paddings[-1].any())
     if op.type == "GatherV2":
-        axis = _constant(op.inputs[2])
+        axis = constant_value(op.inputs[2])
         if axis is not None:
             attrs["axis"] = int(axis)
     return attrs or None

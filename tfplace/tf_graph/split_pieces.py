@@ -2,11 +2,14 @@
 their gradients and pooling (halos and explicit padding), and a gather's pieces over shards of its
 table (ids offset and masked).
 
-* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter``, ``MaxPool`` or ``AvgPool`` computing the
-  window's output rows ``lo:hi`` reads the input rows those windows cover (its halo: rows of the
+* A spatial piece of ``Conv2D``, ``Conv2DBackpropFilter`` (and their depthwise forms), ``MaxPool``
+  or ``AvgPool`` computing the window's output rows ``lo:hi`` reads the input rows those windows cover (its halo: rows of the
   neighbouring slices) and runs with the clipped rows as explicit padding: ``EXPLICIT`` padding for
   the convolutions, a ``PadV2`` (``-inf`` for a max, zeros for an average) and ``VALID`` for the
   pooling. A filter gradient's pieces are partial sums over their rows, joined by ``AddN``.
+* A spatial piece of ``Pad`` (``PadV2``) computing padded rows ``lo:hi`` reads the input rows among
+  them and pads them by the part of the op's padding that falls in ``lo:hi`` (its other axes as the
+  whole op pads them).
 * An ``AvgPool`` piece averages zero-padded windows over their full size, so where the whole op's
   SAME windows hang over the border (and average only their valid values) the piece multiplies by
   ``size / valid count`` (:func:`~tfplace.tf_graph.split_windows.avg_pool_divisor_factor`): exact
@@ -14,6 +17,9 @@ table (ids offset and masked).
 * A piece of ``Conv2DBackpropInput`` (``V2``) computing input-gradient rows ``lo:hi`` reads the
   output-gradient rows whose windows touch them, computes the rows those windows cover with
   explicit padding for the windows' rows outside, and pads with zeros the rows no window reads.
+* A piece of ``MaxPoolGrad`` or ``AvgPoolGrad`` computing input-gradient rows ``lo:hi`` runs every
+  window touching them whole (``VALID`` on rows padded with ``-inf``; an average's gradient rows
+  scaled by ``size / valid count``), keeps its rows and pads with zeros the rows no window reads.
 * A piece of ``GatherV2`` over table rows ``lo:hi`` gathers ``clip(ids - lo, 0, hi - lo - 1)`` from
   its shard and keeps the rows whose id it holds, zeros elsewhere (a vocabulary-parallel
   embedding); the pieces' partial results are summed, where exactly one term of each row is not
@@ -27,9 +33,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from tfplace.split.rules import HEIGHT, REDUCTION, WIDTH
+from tfplace.tf_graph.split_attrs import constant_value
 from tfplace.tf_graph.split_nodes import DT_BOOL, DT_INT32
 from tfplace.tf_graph.split_windows import (
     BACKWARD_INPUT,
+    FILTER_GRADIENTS,
+    PADDED,
+    POOL_GRADIENTS,
+    BackwardRows,
     avg_pool_divisor_factor,
     backward_rows,
     forward_rows,
@@ -55,7 +66,8 @@ class Rewriter(Protocol):
     def dtype(self, dtype: int) -> Any: ...
 
 
-_CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropFilter", *BACKWARD_INPUT})
+_FORWARD_CONVOLUTIONS = frozenset({"Conv2D", "DepthwiseConv2dNative"})
+_CONVOLUTIONS = frozenset({*_FORWARD_CONVOLUTIONS, *FILTER_GRADIENTS, *BACKWARD_INPUT})
 
 
 def _explicit(node: Any, paddings: list[list[int]]) -> None:
@@ -71,7 +83,7 @@ def _explicit(node: Any, paddings: list[list[int]]) -> None:
 def _padded_valid(op: Any) -> bool:
     """Whether the piece pads explicitly with zeros and runs ``VALID``: TensorFlow's CPU kernels of the
     convolution gradients take no explicit padding with dilations above 1."""
-    if op.type not in _CONVOLUTIONS - {"Conv2D"}:
+    if op.type not in _CONVOLUTIONS - _FORWARD_CONVOLUTIONS:
         return False
     return any(int(d) > 1 for d in op.get_attr("dilations"))
 
@@ -99,6 +111,10 @@ def _piece_paddings(op: Any, axis: int, lo: int, hi: int) -> list[list[int]]:
 def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
     """The inputs of ``node``, the piece of spatial op ``op`` computing rows ``lo:hi`` along ``axis``
     (module docstring); sets the piece's padding attributes."""
+    if op.type in PADDED:
+        return _padded_rows(rw, op, node, axis, lo, hi, device)
+    if op.type in POOL_GRADIENTS:
+        return _pool_gradient_inputs(rw, op, node, axis, lo, hi, device)
     paddings = _piece_paddings(op, axis, lo, hi)
     padded_valid = _padded_valid(op)
     if op.type in _CONVOLUTIONS and not padded_valid:
@@ -124,11 +140,75 @@ def spatial_inputs(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int
     if (op.type not in _CONVOLUTIONS or padded_valid) and any(amount for pair in paddings for amount in pair):
         fill = np.asarray(-np.inf if op.type == "MaxPool" else 0, op.inputs[0].dtype.as_numpy_dtype)
         inputs = [rw.pad(inputs[0], paddings, fill, device, f"{node.name}/pad")]
-    if op.type in _CONVOLUTIONS:
+    if op.type in FILTER_GRADIENTS:  # the filter's shape, as a constant on the piece's device
+        filter_shape = np.asarray(op.outputs[0].shape.as_list(), op.inputs[1].dtype.as_numpy_dtype)
+        inputs.append(rw.const(filter_shape, device, f"{node.name}/filter_sizes"))
+    elif op.type in _CONVOLUTIONS:
         inputs.append(rw.whole(op.inputs[1], device))
-    if op.type == "Conv2DBackpropFilter":
+    if op.type in FILTER_GRADIENTS:
         inputs.append(rw.region(op.inputs[2], axis, lo, hi, device))
     return inputs
+
+
+def _pool_windows(op: Any, axis: int, lo: int, hi: int) -> tuple[BackwardRows, list[list[int]], int, int]:
+    """For the piece of a pooling gradient computing input rows ``lo:hi`` along ``axis``: the rows of
+    the windows that touch them, the padding that makes every such window whole (NHWC pairs), and
+    the input rows ``start:end`` those windows read (beyond the image where padded)."""
+    geometry = window(op, axis)
+    rows = backward_rows(geometry, lo, hi)
+    assert rows is not None  # refused otherwise
+    first, last = rows.gradient
+    start, end = geometry.start(first), geometry.start(last - 1) + geometry.extent
+    paddings = [[0, 0], [0, 0], [0, 0], [0, 0]]
+    other = window(op, 3 - axis)
+    paddings[3 - axis] = [other.before, other.after]
+    paddings[axis] = [max(0, -start), max(0, end - geometry.size)]
+    return rows, paddings, start, end
+
+
+def _pool_gradient_inputs(
+    rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str
+) -> list[str]:
+    """The inputs of the piece of ``MaxPoolGrad`` or ``AvgPoolGrad`` computing input rows ``lo:hi``: the
+    gradient rows of every window touching them, and, for a max, the input rows those windows read
+    (padded with ``-inf`` where they overhang) and the windows' forward outputs, all run ``VALID``.
+    An average's gradient rows are scaled by ``size / valid count`` where SAME's windows overhang
+    (the whole op divides by the valid count, the piece's ``VALID`` windows by their size)."""
+    rows, paddings, start, end = _pool_windows(op, axis, lo, hi)
+    first, last = rows.gradient
+    node.attr["padding"].s = b"VALID"
+    gradient = rw.region(op.inputs[-1], axis, first, last, device)
+    if op.type == "MaxPoolGrad":
+        inputs = rw.region(op.inputs[0], axis, max(0, start), min(window(op, axis).size, end), device)
+        if any(amount for pair in paddings for amount in pair):
+            fill = np.asarray(-np.inf, op.inputs[0].dtype.as_numpy_dtype)
+            inputs = rw.pad(inputs, paddings, fill, device, f"{node.name}/pad")
+        return [inputs, rw.region(op.inputs[1], axis, first, last, device), gradient]
+    factor = avg_pool_divisor_factor(op, axis, first, last)
+    if factor is not None:
+        dtype = op.inputs[-1].dtype
+        weights = rw.const(factor.astype(dtype.as_numpy_dtype), device, f"{node.name}/divisor")
+        gradient = rw.node(
+            "Mul",
+            f"{node.name}/valid_average",
+            [gradient, weights],
+            device,
+            T=rw.dtype(dtype.as_datatype_enum),
+        )
+    shape = [size + sum(pair) for size, pair in zip(op.outputs[0].shape.as_list(), paddings)]
+    shape[axis] = end - start
+    return [rw.const(np.asarray(shape, np.int32), device, f"{node.name}/input_shape"), gradient]
+
+
+def _padded_rows(rw: Rewriter, op: Any, node: Any, axis: int, lo: int, hi: int, device: str) -> list[str]:
+    """The inputs of the piece of a ``Pad`` computing padded rows ``lo:hi`` along ``axis``: the input
+    rows among them, and the op's paddings with ``axis``'s made the part of its padding in ``lo:hi``."""
+    (first, last), padding = forward_rows(window(op, axis), lo, hi)
+    paddings = np.array(constant_value(op.inputs[1]))
+    paddings[axis] = padding
+    amounts = rw.const(paddings.astype(op.inputs[1].dtype.as_numpy_dtype), device, f"{node.name}/paddings")
+    rest = [rw.whole(tensor, device) for tensor in op.inputs[2:]]  # PadV2's constant_values
+    return [rw.region(op.inputs[0], axis, first, last, device), amounts, *rest]
 
 
 def gather_shard_ids(rw: Rewriter, ids: str, tensor: Any, lo: int, hi: int, device: str, name: str) -> str:
@@ -182,6 +262,23 @@ def _gather_mask(rw: Rewriter, op: Any, piece: str, device: str) -> str:
     return rw.node("SelectV2", f"{piece}/held_only", [mask, piece, zeros], device, T=out_type)
 
 
+def _pool_gradient_rows(rw: Rewriter, op: Any, piece: str, axis: int, lo: int, hi: int, device: str) -> str:
+    """The rows ``lo:hi`` of a pooling gradient's piece, which computed the padded rows of every window
+    touching them: cropped to the image's other axis and to ``lo:hi``, zeros where no window reads."""
+    rows, paddings, start, _ = _pool_windows(op, axis, lo, hi)
+    output = op.outputs[0]
+    dtype = output.dtype.as_datatype_enum
+    other = 3 - axis
+    before = paddings[other][0]
+    piece = rw.slice(piece, 4, other, before, before + output.shape[other], dtype, device)
+    piece = rw.slice(piece, 4, axis, rows.rows[0] - start, rows.rows[1] - start, dtype, device)
+    if not any(rows.zeros):
+        return piece
+    zeros = [[0, 0]] * 4
+    zeros[axis] = list(rows.zeros)
+    return rw.pad(piece, zeros, _zero(output), device, f"{piece.partition(':')[0]}/unread_rows")
+
+
 def finish_piece(
     rw: Rewriter, op: Any, dimension: str | None, piece: str, lo: int, hi: int, size: int, device: str
 ) -> str:
@@ -216,6 +313,8 @@ def finish_piece(
         zeros = [[0, 0]] * 4
         zeros[axis] = list(rows.zeros)
         return rw.pad(piece, zeros, _zero(output), device, f"{piece.partition(':')[0]}/unread_rows")
+    if op.type in POOL_GRADIENTS and axis is not None:
+        return _pool_gradient_rows(rw, op, piece, axis, lo, hi, device)
     if op.type == "GatherV2" and dimension == REDUCTION:
         return _gather_mask(rw, op, piece, device)
     return piece

@@ -13,29 +13,41 @@ from typing import Any
 
 from tfplace.core.devices import DeviceName
 from tfplace.split.plan import OpSplit
-from tfplace.split.rules import BATCH, HEIGHT, REDUCTION, REPLICA, WIDTH, SplitRule, can_replicate, op_rules
+from tfplace.split.rules import (
+    BATCH,
+    FED_WHOLE,
+    HEIGHT,
+    REDUCTION,
+    REPLICA,
+    SHAPE_INPUT,
+    WIDTH,
+    SplitRule,
+    can_replicate,
+    op_rules,
+)
 from tfplace.tf_graph.constraints import kernel_device_types
-from tfplace.tf_graph.split_attrs import op_split_attrs
+from tfplace.tf_graph.split_attrs import constant_value, op_split_attrs
 from tfplace.tf_graph.split_layouts import (
     CHANNEL_MULTIPLIED,
     dimension,
     piece_ranges,
     sliced_sizes,
 )
-from tfplace.tf_graph.split_windows import BACKWARD_INPUT, SPATIAL, backward_rows, piece_axis_size, window
+from tfplace.tf_graph.split_windows import (
+    BACKWARD_INPUT,
+    PADDED,
+    POOL_GRADIENTS,
+    SPATIAL,
+    backward_rows,
+    forward_rows,
+    piece_axis_size,
+    window,
+)
 
 __all__ = ["BATCH_NORMS", "FRAME_TYPES", "frame_ops", "keeps_whole", "refusal", "sums_partials"]
 
 BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 FRAME_TYPES = frozenset({"Enter", "RefEnter"})
-SHAPE_INPUT = {
-    "Conv2DBackpropInput": 0,
-    "Conv2DBackpropFilter": 1,
-    "AvgPoolGrad": 0,
-    "DepthwiseConv2dNativeBackpropInput": 0,
-    "DepthwiseConv2dNativeBackpropFilter": 1,
-}
-"""Op type -> the input slot holding a shape the op computes with: a piece gets its own shape."""
 
 
 def frame_ops(graph: Any) -> dict[str, str]:
@@ -57,10 +69,23 @@ def frame_ops(graph: Any) -> dict[str, str]:
 
 def _spatial_refusal(op: Any, split: OpSplit, axis: int) -> str | None:
     if op.type not in SPATIAL:
-        return f"splits along {split.dimension} only as convolutions, their gradients and pooling do, not as {op.type}"
+        return (
+            f"splits along {split.dimension} only as convolutions, pooling, their gradients and padding"
+            f" do, not as {op.type}"
+        )
     if not all(tensor.shape.is_fully_defined() for tensor in (*op.inputs, *op.outputs)):
         return "needs static shapes for a spatial split"
-    if op.type in BACKWARD_INPUT:
+    if op.type in PADDED:
+        if op.outputs[0].shape.rank <= axis:
+            return f"has no axis {axis} to split along {split.dimension} (rank {op.outputs[0].shape.rank})"
+        if constant_value(op.inputs[1]) is None:
+            return f"needs constant paddings to pad each piece's rows along {split.dimension}"
+        geometry = window(op, axis)
+        for lo, hi in piece_ranges(geometry.out, split.shares):
+            (first, last), _ = forward_rows(geometry, lo, hi)
+            if hi > lo and first >= last:
+                return f"its rows {lo}:{hi} along {split.dimension} are all padding (no input row to read)"
+    if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS:
         geometry = window(op, axis)
         for lo, hi in piece_ranges(piece_axis_size(op, axis), split.shares):
             if hi > lo and backward_rows(geometry, lo, hi) is None:
@@ -116,7 +141,7 @@ def refusal(op: Any, split: OpSplit, frames: dict[str, str]) -> str | None:
         return f"degree {split.degree} exceeds its {split.dimension} dimension of {size}"
     if min(hi - lo for lo, hi in piece_ranges(size, split.shares)) < 1:
         return f"shares {split.shares} leave a piece of its {split.dimension} dimension of {size} empty"
-    if (op.type in SHAPE_INPUT or op.type == "Reshape") and not op.outputs[0].shape[1:].is_fully_defined():
+    if op.type in SHAPE_INPUT and not op.outputs[0].shape[1:].is_fully_defined():
         return "needs a static output shape to give each piece its own"
     if op.type == "GatherV2" and split.dimension == REDUCTION and not op.inputs[1].shape.is_fully_defined():
         return "needs its indices' static shape to mask the rows each piece's shard holds"
@@ -136,7 +161,7 @@ def keeps_whole(op: Any, split: OpSplit) -> str | None:
         return "batch norm in training mode: statistics over the whole batch"
     if split.dimension == REDUCTION and sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
         return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
-    if op.type == "Placeholder":
+    if op.type in FED_WHOLE:
         return "a fed tensor is fed whole under its name; each piece reading it takes its slice"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"

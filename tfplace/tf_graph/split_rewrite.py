@@ -10,9 +10,10 @@ op's partition rule (:mod:`tfplace.split.rules`) asks for (Tofu's partition-n-re
   piece when the producer was split alike (BBGraP: consecutive ops split the same way pass pieces on
   with no join and re-split in between), else cut by ``StridedSlice`` on the device that holds the
   tensor, so that only the slice moves (from several producer pieces when the ranges differ);
-* a halo input (height or width splits of ``Conv2D``, its gradients, ``MaxPool`` and ``AvgPool``)
-  is the rows the piece's windows read, from the neighbouring slices too, with the window's padding
-  made explicit (:mod:`tfplace.tf_graph.split_pieces`, which also shards a ``GatherV2``'s table).
+* a halo input (height or width splits of ``Conv2D`` and ``DepthwiseConv2dNative``, their
+  gradients, ``MaxPool``, ``AvgPool`` and their gradients, ``Pad``) is the rows the piece's windows
+  read, from the neighbouring slices too, with the window's padding made explicit
+  (:mod:`tfplace.tf_graph.split_pieces`, which also shards a ``GatherV2``'s table).
 
 A piece's output is joined only where a consumer needs the whole tensor or another split: sharded
 outputs by ``ConcatV2`` along the axis, partial results (weight gradients under a batch or spatial

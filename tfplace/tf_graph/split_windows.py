@@ -16,8 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.tf_graph.split_attrs import constant_value
+
 __all__ = [
     "BACKWARD_INPUT",
+    "FILTER_GRADIENTS",
+    "PADDED",
+    "POOL_GRADIENTS",
     "SPATIAL",
     "BackwardRows",
     "Window",
@@ -27,12 +32,21 @@ __all__ = [
     "window",
 ]
 
-FORWARD = frozenset({"Conv2D", "MaxPool", "AvgPool", "Conv2DBackpropFilter"})
+PADDED = frozenset({"Pad", "PadV2"})
+"""Constant padding: a window of one row at stride 1, padded as the op pads the axis."""
+FILTER_GRADIENTS = frozenset({"Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropFilter"})
+"""Filter gradients: ``(input, filter_sizes, output_gradient)``, summed over the output's rows."""
+FORWARD = frozenset({"Conv2D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", *FILTER_GRADIENTS, *PADDED})
 """Ops whose pieces compute a range of the forward window's output rows (a filter gradient sums
 over them)."""
-BACKWARD_INPUT = frozenset({"Conv2DBackpropInput", "Conv2DBackpropInputV2"})
+BACKWARD_INPUT = frozenset(
+    {"Conv2DBackpropInput", "Conv2DBackpropInputV2", "DepthwiseConv2dNativeBackpropInput"}
+)
 """Ops whose pieces compute a range of the forward window's input rows (the input gradient)."""
-SPATIAL = FORWARD | BACKWARD_INPUT
+POOL_GRADIENTS = frozenset({"MaxPoolGrad", "AvgPoolGrad"})
+"""Pooling's input gradients: pieces compute ranges of the forward window's input rows, running the
+windows that touch them whole (``VALID`` on padded rows) and keeping their own rows."""
+SPATIAL = FORWARD | BACKWARD_INPUT | POOL_GRADIENTS
 """Op types the rewrite splits along the height and the width."""
 
 
@@ -59,15 +73,18 @@ def _dim(tensor: Any, axis: int) -> int:
 
 def window(op: Any, axis: int) -> Window:
     """``op``'s :class:`Window` along ``axis`` (1 height, 2 width)."""
+    if op.type in PADDED:
+        before, after = (int(amount) for amount in constant_value(op.inputs[1])[axis])
+        return Window(1, 1, before, after, _dim(op.inputs[0], axis), _dim(op.outputs[0], axis))
     strides = list(op.get_attr("strides"))
-    if op.type in ("MaxPool", "AvgPool"):
+    if op.type in ("MaxPool", "AvgPool", *POOL_GRADIENTS):
         kernel, dilation = int(list(op.get_attr("ksize"))[axis]), 1
     else:
-        filter_shape = op.outputs[0] if op.type == "Conv2DBackpropFilter" else op.inputs[1]
+        filter_shape = op.outputs[0] if op.type in FILTER_GRADIENTS else op.inputs[1]
         kernel, dilation = _dim(filter_shape, axis - 1), int(list(op.get_attr("dilations"))[axis])
-    if op.type in BACKWARD_INPUT:
-        size, out = _dim(op.outputs[0], axis), _dim(op.inputs[2], axis)
-    elif op.type == "Conv2DBackpropFilter":
+    if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS:
+        size, out = _dim(op.outputs[0], axis), _dim(op.inputs[-1], axis)
+    elif op.type in FILTER_GRADIENTS:
         size, out = _dim(op.inputs[0], axis), _dim(op.inputs[2], axis)
     else:
         size, out = _dim(op.inputs[0], axis), _dim(op.outputs[0], axis)
@@ -84,7 +101,7 @@ def piece_axis_size(op: Any, axis: int) -> int:
     """The rows a spatial split of ``op`` divides among its pieces: output rows of the forward window,
     input rows for an input gradient."""
     geometry = window(op, axis)
-    return geometry.size if op.type in BACKWARD_INPUT else geometry.out
+    return geometry.size if op.type in BACKWARD_INPUT or op.type in POOL_GRADIENTS else geometry.out
 
 
 def forward_rows(w: Window, lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
