@@ -9,11 +9,12 @@ op position. It is derived from the cost graph, never edited, and never kept bet
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain, pairwise
-from operator import itemgetter, methodcaller
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -83,6 +84,20 @@ class IndexedGraph:
         """Memory an op holds for the whole step: persistent state and outputs."""
         return self.persistent + self.outputs
 
+    @cached_property
+    def inbound_bytes(self) -> np.ndarray:
+        """Bytes of each op's in-edges, summed (computed on first use, then kept)."""
+        consumers = np.fromiter(chain.from_iterable(self.succ), dtype=np.int64, count=self.edge_count)
+        nbytes = np.fromiter(chain.from_iterable(self.succ_bytes), dtype=np.int64, count=self.edge_count)
+        inbound = np.zeros(len(self), dtype=np.int64)
+        np.add.at(inbound, consumers, nbytes)
+        return inbound
+
+    @cached_property
+    def edge_count(self) -> int:
+        """Number of edges."""
+        return sum(map(len, self.succ))
+
     def edge_time(self, u: int, position: int, link: TransferModel) -> float:
         """Seconds edge ``u -> succ[u][position]`` takes on ``link``."""
         nbytes = self.succ_bytes[u][position]
@@ -120,19 +135,13 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
     ops = [attrs for _, attrs in graph.nodes(data=True)]
-    compute, persistent, temporary, output_sizes, keys, kinds = _columns(
-        ops,
-        "compute_time",
-        "persistent_bytes",
-        "temporary_bytes",
-        "output_sizes",
-        "colocation_group",
-        "device_kinds",
+    compute, persistent, temporary, output_sizes, keys, kinds, aliased, gradient_of = _rows_to_columns(
+        map(_op_row, ops), 8
     )
-    aliases = _aliases(list(map(methodcaller("get", "aliased_outputs", ()), ops)), index, names)
+    aliases = _aliases(aliased, index, names)
     follower = np.zeros(n, dtype=bool)
     if coplace_gradients:
-        forward = [index.get(f) for f in map(methodcaller("get", "gradient_of"), ops)]
+        forward = list(map(index.get, gradient_of))
         keys = coplaced_group_keys(keys, forward, kinds)
         follower = np.array([f is not None for f in forward], dtype=bool)
     group, group_members = _colocation_groups(keys)
@@ -142,10 +151,10 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     dst = np.fromiter(
         map(index.__getitem__, chain.from_iterable(adjacency)), dtype=np.int64, count=len(edges)
     )
-    nbytes, slots, control = _columns(edges, "bytes", "slots", "control")
-    transfer_counts = _transfer_counts(edges, nbytes, slots, control)
+    nbytes, slots, control, recorded = _rows_to_columns(map(_edge_row, edges), 4)
+    transfer_counts = _transfer_counts(recorded, nbytes, slots, control)
     if link is None:
-        (times,) = _columns(edges, "transfer_time")
+        times = list(map(itemgetter("transfer_time"), edges))
     else:
         size = np.asarray(nbytes, dtype=float)
         times = np.where(size > 0, link.k * size + link.b * transfer_counts, 0.0).tolist()
@@ -204,44 +213,56 @@ def _allocated_outputs(
     return outputs
 
 
+def _op_row(attrs: dict[str, Any]) -> tuple[Any, ...]:
+    """The attributes of one op that indexing reads (``aliased_outputs`` and ``gradient_of`` are
+    optional)."""
+    return (
+        attrs["compute_time"],
+        attrs["persistent_bytes"],
+        attrs["temporary_bytes"],
+        attrs["output_sizes"],
+        attrs["colocation_group"],
+        attrs["device_kinds"],
+        attrs.get("aliased_outputs", ()),
+        attrs.get("gradient_of"),
+    )
+
+
+def _edge_row(attrs: dict[str, Any]) -> tuple[Any, ...]:
+    """The attributes of one edge that indexing reads (``transfers`` is optional, ``-1`` when absent)."""
+    return attrs["bytes"], attrs["slots"], attrs["control"], attrs.get("transfers", -1)
+
+
+def _rows_to_columns(rows: Iterable[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """The columns of ``rows`` (each ``width`` long); the records behind them are scattered in
+    memory, so reading each once, all of its attributes at a time, costs less than one pass per key."""
+    columns = list(map(list, zip(*rows)))
+    return columns or [[] for _ in range(width)]
+
+
 def _transfer_counts(
-    edges: list[dict[str, Any]], nbytes: list[int], slots: list[tuple[int, ...]], control: list[bool]
+    recorded: list[int], nbytes: list[int], slots: list[tuple[int, ...]], control: list[bool]
 ) -> np.ndarray:
     """:func:`~tfplace.core.costgraph.edge_transfers` of every edge at once: ``0`` for a control edge
-    or one without bytes, else the recorded ``transfers`` or one per slot (at least one)."""
-    recorded = np.array(list(map(methodcaller("get", "transfers", -1), edges)), dtype=np.int64)
-    per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=len(edges)))
-    carries = (np.array(nbytes, dtype=np.int64) > 0) & ~np.array(control, dtype=bool)
-    return np.where(carries, np.where(recorded >= 0, recorded, per_slot), 0)
-
-
-def _columns(records: list[dict[str, Any]], *keys: str) -> list[list[Any]]:
-    """``[record[key] for record in records]`` for each key, reading each record once (the records
-    are scattered in memory: one pass over them costs less than one per key)."""
-    if not records:
-        return [[] for _ in keys]
-    if len(keys) == 1:
-        return [list(map(itemgetter(keys[0]), records))]
-    return list(map(list, zip(*map(itemgetter(*keys), records))))
+    or one without bytes, else the ``recorded`` transfers (``-1``: none) or one per slot (at least one)."""
+    count = len(nbytes)
+    recorded_counts = np.fromiter(recorded, dtype=np.int64, count=count)
+    per_slot = np.maximum(1, np.fromiter(map(len, slots), dtype=np.int64, count=count))
+    carries = (np.fromiter(nbytes, dtype=np.int64, count=count) > 0) & ~np.array(control, dtype=bool)
+    return np.where(carries, np.where(recorded_counts >= 0, recorded_counts, per_slot), 0)
 
 
 def _colocation_groups(keys: list[str | None]) -> tuple[np.ndarray, list[list[int]]]:
     """Group id of each op (numbered by first appearance; an op without a group gets its own)
-    and the ops of each group."""
-    group: list[int] = []
-    group_ids: dict[str, int] = {}
-    members: list[list[int]] = []
-    for i, key in enumerate(keys):
-        if key is None:
-            group.append(len(members))
-            members.append([i])
-            continue
-        if key not in group_ids:
-            group_ids[key] = len(members)
-            members.append([])
-        group.append(group_ids[key])
-        members[group_ids[key]].append(i)
-    return np.array(group, dtype=np.int64), members
+    and the ops of each group, in op order."""
+    first: dict[str, int] = {}
+    leader = np.array(
+        [i if key is None else first.setdefault(key, i) for i, key in enumerate(keys)], dtype=np.int64
+    )
+    leads = leader == np.arange(len(keys))
+    group = (np.cumsum(leads) - 1)[leader]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(group, minlength=int(leads.sum())))))
+    return group, _split(np.argsort(group, kind="stable").tolist(), bounds)
 
 
 def _split(values: list[T], bounds: np.ndarray) -> list[list[T]]:

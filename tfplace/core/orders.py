@@ -53,12 +53,13 @@ _KAHN_ORDER = "_kahn_order"
 
 def _kahn_order(graph: IndexedGraph) -> list[int]:
     indegree = [len(p) for p in graph.pred]
+    succ = graph.succ
     queue = deque(i for i, d in enumerate(indegree) if d == 0)
     order: list[int] = []
     while queue:
         u = queue.popleft()
         order.append(u)
-        for v in graph.succ[u]:
+        for v in succ[u]:
             indegree[v] -= 1
             if indegree[v] == 0:
                 queue.append(v)
@@ -115,14 +116,15 @@ def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.nd
     ``order`` is any topological order (default: :func:`kahn_order`).
     """
     order = kahn_order(graph) if order is None else order
-    compute = graph.compute.tolist()
+    compute, pred, pred_time = graph.compute.tolist(), graph.pred, graph.pred_time
     tlevel = [0.0] * len(graph)
     finish = [0.0] * len(graph)  # tlevel + compute
     for v in order:
         best = 0.0
-        for u, c in zip(graph.pred[v], graph.pred_time[v]):
-            if finish[u] + c > best:
-                best = finish[u] + c
+        for u, c in zip(pred[v], pred_time[v]):
+            arrival = finish[u] + c
+            if arrival > best:
+                best = arrival
         tlevel[v] = best
         finish[v] = best + compute[v]
     return np.asarray(tlevel)
@@ -131,11 +133,11 @@ def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.nd
 def bottom_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:
     """``blevel`` of Eq. 3: the longest path from each op to a sink, including the op itself."""
     order = kahn_order(graph) if order is None else order
-    compute = graph.compute.tolist()
+    compute, succ, succ_time = graph.compute.tolist(), graph.succ, graph.succ_time
     blevel = [0.0] * len(graph)
     for u in reversed(order):
         best = 0.0
-        for v, c in zip(graph.succ[u], graph.succ_time[u]):
+        for v, c in zip(succ[u], succ_time[u]):
             candidate = blevel[v] + c
             if candidate > best:
                 best = candidate
@@ -175,13 +177,14 @@ def _head_insertion_order(
     """Emit the head of a ready queue; push its newly ready children on the head in increasing
     ``child_key`` order, so the largest key is emitted next."""
     indegree = [len(p) for p in graph.pred]
+    succ = graph.succ
     queue = deque(i for i in initial if indegree[i] == 0)
     order: list[int] = []
     while queue:
         u = queue.popleft()
         order.append(u)
         ready = []
-        for v in graph.succ[u]:
+        for v in succ[u]:
             indegree[v] -= 1
             if indegree[v] == 0:
                 ready.append(v)

@@ -51,11 +51,15 @@ def check_constraints(graph: IndexedGraph, devices: DeviceSet, op_devices: np.nd
     count = len(devices.all_devices)
     if len(op_devices) != len(graph) or ((op_devices < 0) | (op_devices >= count)).any():
         raise AssertionError("placer left ops without a valid device")
-    for members in graph.group_members:
-        placed = {int(op_devices[op]) for op in members}
-        if len(placed) > 1:
-            names = ", ".join(graph.names[op] for op in members[:4])
-            raise AssertionError(f"co-location group of {names} split over devices {sorted(placed)}")
+    first_member = np.fromiter(
+        (members[0] for members in graph.group_members), dtype=np.int64, count=len(graph.group_members)
+    )
+    split = np.flatnonzero(op_devices != op_devices[first_member[graph.group]])
+    if len(split):
+        members = graph.group_members[int(graph.group[split[0]])]
+        names = ", ".join(graph.names[op] for op in members[:4])
+        placed = sorted(set(op_devices[members].tolist()))
+        raise AssertionError(f"co-location group of {names} split over devices {placed}")
     for op, kinds in enumerate(graph.kinds):
         if kinds is not None and devices.kind_of(int(op_devices[op])) not in kinds:
             raise AssertionError(f"op {graph.names[op]!r} placed on a device kind it cannot run on")

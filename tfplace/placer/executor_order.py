@@ -106,11 +106,11 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
                         receivers[sent[key]].append(w)
                         waiting[w] += 1
                 arrived = now if link is None else now + link.b if not nbytes else 0.0
-                _arrive(w, arrived, ready_at, waiting, arrivals, rank)
+                _arrive(w, arrived, now, ready_at, waiting, arrivals, queues[target], rank)
         elif next_delivery < math.inf and (not arrivals or next_delivery <= arrivals[0][0]):
             now, t = heappop(delivered)
             for w in receivers[t] if t != _CHANNELS_FREE else ():
-                _arrive(w, now, ready_at, waiting, arrivals, rank)
+                _arrive(w, now, now, ready_at, waiting, arrivals, queues[op_devices[w]], rank)
         else:
             now = arrivals[0][0]
         if (finishes and finishes[0][0] <= now) or (delivered and delivered[0][0] <= now):
@@ -135,17 +135,21 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
 def _arrive(
     w: int,
     arrived: float,
+    now: float,
     ready_at: list[float],
     waiting: list[int],
     arrivals: list[tuple[float, int, int]],
+    queue: list[tuple[float, int, int]],
     rank: list[int],
 ) -> None:
-    """One input of ``w`` is there at ``arrived``; the last makes ``w`` ready."""
+    """One input of ``w`` is there at ``arrived``; the last makes ``w`` ready: it joins the ready
+    ``queue`` of its device at once when ready by ``now`` (the same entry the ``arrivals`` heap
+    would hand over at ``now``), else ``arrivals``."""
     if arrived > ready_at[w]:
         ready_at[w] = arrived
     waiting[w] -= 1
     if not waiting[w]:
-        heappush(arrivals, (ready_at[w], rank[w], w))
+        heappush(queue if ready_at[w] <= now else arrivals, (ready_at[w], rank[w], w))
 
 
 def _start_transfers(

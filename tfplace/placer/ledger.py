@@ -113,6 +113,7 @@ class MemoryLedger:
         np.maximum.at(self.group_temporary, graph.group, graph.temporary)
         self.group_persistent = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_persistent, graph.group, graph.persistent)
+        self._group_persistent: list[int] = self.group_persistent.tolist()  # for per-trial sums
         self.live = self._live_memory()
         self._replayed: np.ndarray | None = None
         everywhere = tuple(range(self.num_targets))
@@ -229,9 +230,11 @@ class MemoryLedger:
         device's peak stays within it when the groups' persistent memory is placed there and
         ``ops`` run next."""
         if self.live is not None:
-            persistent = sum(int(self.group_persistent[g]) for g in groups if device in self.group_targets[g])
-            peak = self.live.peak_after(ops, device, device, persistent)
-            return peak <= (1 - LIVENESS_MARGIN) * self.capacity[device]
+            targets, group_persistent = self.group_targets, self._group_persistent
+            persistent = sum(group_persistent[g] for g in groups if device in targets[g])
+            return self.live.peak_within(
+                ops, device, (1 - LIVENESS_MARGIN) * self.capacity[device], persistent
+            )
         resident, temporary = self.demand(groups, device)
         after = self.resident[device] + resident + max(int(self.peak_temporary[device]), temporary)
         return bool(after <= self.capacity[device])

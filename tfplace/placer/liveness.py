@@ -56,6 +56,7 @@ class LiveMemory:
         self.peaks = [0] * devices
         self.outputs: list[int] = graph.outputs.tolist()
         self.temporary: list[int] = graph.temporary.tolist()
+        self.growth = graph.outputs + graph.inbound_bytes
         self.pending = list(map(len, graph.succ))
         self.held: list[_Held | None] = [None] * len(graph)
         self.ran = [False] * len(graph)
@@ -74,6 +75,19 @@ class LiveMemory:
         """Persistent memory placed on ``device``: held from the step's start to its end."""
         self.live[device] += nbytes
         self.peaks[device] += nbytes
+
+    def peak_within(self, ops: Sequence[int], device: int, limit: float, persistent: int = 0) -> bool:
+        """Whether ``peak_after(ops, device, device, persistent)`` is at most ``limit``.
+
+        Most trials are far below the limit; an upper bound decides those in a few vector
+        operations: every op of ``ops`` allocates its outputs and receives every input, nothing is
+        freed, and the largest temporary memory among them comes on top. Only a trial whose bound
+        exceeds ``limit`` replays ``ops`` one by one (:meth:`peak_after`)."""
+        index = np.asarray(ops, dtype=np.int64)
+        grown = int(self.growth[index].sum()) + int(self.graph.temporary[index].max()) if len(index) else 0
+        if max(self.peaks[device], self.live[device] + grown) + persistent <= limit:
+            return True
+        return bool(self.peak_after(ops, device, device, persistent) <= limit)
 
     def peak_after(self, ops: Sequence[int], device: int, default: int, persistent: int = 0) -> int:
         """The peak of ``device`` if ``persistent`` bytes were placed on it and ``ops`` ran next
