@@ -448,16 +448,16 @@ def calibrate_local_cluster(
 
 
 def handoff_on_threads(link: TransferModel) -> TransferModel:
-    """The link between two virtual CPUs of one process with its work done by the process's own
-    inter-op threads: the part of each transfer's fixed cost that transfers sent together do not
-    overlap (``b - latency``, measured by :func:`time_concurrent_transfers`) and its time per byte
-    become ``copy_b`` and ``copy_k``, which hold a thread in the simulator.
+    """The link between two virtual CPUs of one process with all its work done by the process's
+    own inter-op threads: ``copy_b = b`` and ``copy_k = k`` (no ``latency``), which hold a thread
+    in the simulator.
 
     The hand-off is a ``_Send`` and a ``_Recv`` kernel and the rendezvous callback between them, all
-    run by the executor's threads, not by a link: on this machine 64 tensors sent at once took
-    0.22-0.31 ms against 3-4 us for one (each costs about the same alone or together), time that a
+    run by the executor's threads; there is no wire whose time transfers sent together could
+    overlap. On this machine 64 tensors sent at once took 0.22-0.31 ms against 3-4 us for one, and
+    the intercept of that time against the count scattered around 0 from run to run: time that a
     one-thread process cannot spend on ops."""
-    return dataclasses.replace(link, copy_b=link.b - link.latency, copy_k=link.k)
+    return dataclasses.replace(link, latency=0.0, copy_b=link.b, copy_k=link.k)
 
 
 def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any:
@@ -600,7 +600,7 @@ def calibrate_cpu(
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
     ``virtual_threads`` inter-op threads, their per-op and per-step
     overhead (:func:`calibrate_op_overhead`) and the hand-off between them
-    (:func:`calibrate_transfer`). ``"loopback"`` (with ``workers`` >= 1): a
+    (:func:`calibrate_transfer`, work of the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
 
@@ -617,7 +617,7 @@ def calibrate_cpu(
     sequential = profiled_run_config(2, 1)
     op_overhead, step_overhead = calibrate_op_overhead(config=sequential, ops=chain_ops, repeats=repeats)
     link = calibrate_transfer(
-        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats
+        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats, counts=None
     )
     processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link))}
     if workers >= 1:
