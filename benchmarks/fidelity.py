@@ -539,6 +539,21 @@ def main(argv: Sequence[str]) -> None:
         print(
             f"{row['model']}/{row['kind']}/{row['placement']} peak MB simulated/allocator first steps/steady: {peaks}"
         )
+    print(summary(rows))
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> str:
+    """How many rows meet the targets, and how many rows' noise floor is itself above 2%."""
+
+    def within(key: str, bound: float) -> int:
+        return sum(abs(row[key]) <= bound for row in rows)
+
+    return (
+        f"step within 5%: {within('error', 0.05)}/{len(rows)}, within 10%: {within('error', 0.10)}; "
+        f"within its noise floor: {sum(abs(r['error']) <= r['noise'] for r in rows)}; "
+        f"noise floor above 2%: {sum(r['noise'] > 0.02 for r in rows)}; memory within 10%: first steps "
+        f"{within('memory_error', 0.10)}/{len(rows)}, steady {within('steady_memory_error', 0.10)}/{len(rows)}"
+    )
 
 
 if __name__ == "__main__":
