@@ -11,7 +11,7 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
-from tfplace.estimator.calibration import fit_op_overhead
+from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads
 from tfplace.simulator import simulate
 
 HAND_OFF = TransferModel(k=0.0, b=5e-6, name="hand-off")
@@ -115,6 +115,32 @@ def test_a_tensor_handed_over_in_shared_memory_stays_on_the_sender_until_its_con
     sender = shared.schedule.memory[0]
     consumer_end = next(task.end for task in shared.schedule.ops if task.op == "o1")
     assert sender.bytes[-1] == 0 and sender.times[-1] == pytest.approx(consumer_end)
+
+
+def handed_over(link):
+    """a (1 s) on CPU:0 hands 100 bytes to b (1 s) on CPU:1; c (1 s) on CPU:0 is ready at once;
+    one thread for the process, two cores, memory shared."""
+    graph = graph_from_edges([("a", "b", 100)], compute={"a": 1.0, "b": 1.0})
+    graph.add_op("c", compute_time=1.0)
+    devices = DeviceSet.parse(
+        "/device:CPU:0-1", 10**9, intra_host=link, host_threads=1, cores=2, shared_host_memory=True
+    )
+    return simulate(graph, {"a": VIRTUAL[0], "b": VIRTUAL[1], "c": VIRTUAL[0]}, devices)
+
+
+def test_a_hand_off_done_by_the_threads_holds_the_process_thread_while_a_link_runs_beside_it():
+    on_link = handed_over(TransferModel(k=0.0, b=0.5, name="link"))
+    on_threads = handed_over(handoff_on_threads(TransferModel(k=0.0, b=0.5, name="link")))
+    assert on_link.makespan == pytest.approx(3.0)  # the tensor arrives while c runs
+    assert on_threads.makespan == pytest.approx(3.5)  # a, c, the hand-off, then b: one thread
+    assert on_threads.peak_memory[:2].tolist() == on_link.peak_memory[:2].tolist() == [100, 0]
+
+
+def test_the_threads_do_all_of_a_hand_off_and_nothing_of_it_overlaps():
+    link = TransferModel(k=2e-9, b=5e-6, latency=1e-6, name="hand-off")
+    threads = handoff_on_threads(link)
+    assert (threads.copy_b, threads.copy_k, threads.latency) == pytest.approx((5e-6, 2e-9, 0.0))
+    assert threads.time(1000) == pytest.approx(link.time(1000))  # alone, a transfer takes as long
 
 
 def test_devices_of_different_hosts_copy_tensors_even_with_shared_host_memory():

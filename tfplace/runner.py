@@ -35,7 +35,7 @@ from tfplace.core.placement import Placement
 from tfplace.core.progress import Progress, quiet
 from tfplace.tf_graph.native_log import filtered_native_stderr
 
-__all__ = ["RunReport", "run_placement", "session_target_kind", "simulated_trace_path"]
+__all__ = ["RunReport", "placed_copy", "run_placement", "session_target_kind", "simulated_trace_path"]
 
 FeedFunction = Callable[[int], Mapping[Any, Any]]
 
@@ -207,7 +207,7 @@ def run_placement(
         )
     if cluster is None and session_target_kind(placement) == "in_process":
         check_local_devices(placement)
-    placed_graph, run_fetches, feeds, initializer = _placed_copy(
+    placed_graph, run_fetches, feeds, initializer = placed_copy(
         graph, placement, fetches, feed_fn(batch_size), init_op, batch_size
     )
     run = _Run(steps, warmup_steps, traced_steps, progress)
@@ -227,7 +227,7 @@ def run_placement(
     return run.report(placement, trace_path, placed_graph)
 
 
-def _placed_copy(
+def placed_copy(
     graph: Any, placement: Placement, fetches: Any, feeds: Mapping[Any, Any], init_op: Any, batch_size: int
 ) -> tuple[Any, Any, dict[str, Any], list[Any]]:
     """A new graph with the placement's devices (rewritten into pieces when it came from a split

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_CHAIN_OPS",
     "DEFAULT_COUNTS",
     "DEFAULT_SIZES",
+    "STEADY_STATE_STEPS",
     "calibrate_copy_cpu",
     "calibrate_cpu",
     "calibrate_local_cluster",
@@ -50,8 +51,10 @@ __all__ = [
     "calibrate_step_overhead",
     "calibrate_transfer",
     "fit_op_overhead",
+    "handoff_on_threads",
     "latency_from_counts",
     "overhead_per_host",
+    "process_cpu_seconds",
     "profiled_run_config",
     "time_concurrent_transfers",
     "time_op_chains",
@@ -73,6 +76,12 @@ DEFAULT_CHAIN_OPS: tuple[int, ...] = (150, 600, 1200)
 
 _OPS_PER_LAYER = 30
 """About the ops of one layer of :func:`_op_chain`'s training step (forward, gradient, update)."""
+
+STEADY_STATE_STEPS = 100
+"""Steps a session runs before its timing counts: TensorFlow's executor estimates each kernel's
+cost from its runs (starting at 10^8 cycles, decaying by a tenth per run) and runs the kernels it
+finds cheap inline only after about 90 steps, which changes the per-op dispatch cost; a training
+job spends nearly all its steps after that."""
 
 
 def time_transfers(
@@ -401,14 +410,14 @@ def _cpu_difference(
         session.run([same, crossing])
         spent = []
         for fetch in (same, crossing):
-            before = sum(_process_cpu_seconds(pid) for pid in processes)
+            before = sum(process_cpu_seconds(pid) for pid in processes)
             for _ in range(repeats):
                 session.run(fetch)
-            spent.append(sum(_process_cpu_seconds(pid) for pid in processes) - before)
+            spent.append(sum(process_cpu_seconds(pid) for pid in processes) - before)
     return max(spent[1] - spent[0], 0.0)
 
 
-def _process_cpu_seconds(pid: int) -> float:
+def process_cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds process ``pid`` has used, from ``/proc/<pid>/stat``."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
@@ -436,6 +445,19 @@ def calibrate_local_cluster(
     copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
     link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
     return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
+
+
+def handoff_on_threads(link: TransferModel) -> TransferModel:
+    """The link between two virtual CPUs of one process with all its work done by the process's
+    own inter-op threads: ``copy_b = b`` and ``copy_k = k`` (no ``latency``), which hold a thread
+    in the simulator.
+
+    The hand-off is a ``_Send`` and a ``_Recv`` kernel and the rendezvous callback between them, all
+    run by the executor's threads; there is no wire whose time transfers sent together could
+    overlap. On this machine 64 tensors sent at once took 0.22-0.31 ms against 3-4 us for one, and
+    the intercept of that time against the count scattered around 0 from run to run: time that a
+    one-thread process cannot spend on ops."""
+    return dataclasses.replace(link, latency=0.0, copy_b=link.b, copy_k=link.k)
 
 
 def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any:
@@ -483,13 +505,15 @@ def time_op_chains(
     config: Any = None,
     device: str = "/device:CPU:0",
     repeats: int = 20,
+    warmup_steps: int = STEADY_STATE_STEPS,
 ) -> list[tuple[int, float, float]]:
     """Per chain of about ``ops`` ops, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
     step in this process records and their times summed, as the profiler measures them, and the
-    seconds of a whole untraced step on ``device`` under ``config`` at ``target``. The chains and
-    the two kinds of step are timed in turns; each figure is the smallest of ``repeats``, since
-    other processes on the machine only ever add time (a step of a few thousand small ops lasts
-    about a scheduler time slice)."""
+    seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
+    ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
+    The chains and the two kinds of step are timed in turns; each figure is the smallest of
+    ``repeats``, since other processes on the machine only ever add time (a step of a few
+    thousand small ops lasts about a scheduler time slice)."""
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
@@ -507,6 +531,8 @@ def time_op_chains(
             graph, remote_fetch, initializer = _op_chain(count, device)
             remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
             remote.run(initializer)
+            for _ in range(warmup_steps):
+                remote.run(remote_fetch)
             runs.append((session, fetch, remote, remote_fetch))
         records = [0] * len(ops)
         traced: list[list[float]] = [[] for _ in ops]
@@ -574,7 +600,7 @@ def calibrate_cpu(
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
     ``virtual_threads`` inter-op threads, their per-op and per-step
     overhead (:func:`calibrate_op_overhead`) and the hand-off between them
-    (:func:`calibrate_transfer`). ``"loopback"`` (with ``workers`` >= 1): a
+    (:func:`calibrate_transfer`, work of the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
 
@@ -591,9 +617,9 @@ def calibrate_cpu(
     sequential = profiled_run_config(2, 1)
     op_overhead, step_overhead = calibrate_op_overhead(config=sequential, ops=chain_ops, repeats=repeats)
     link = calibrate_transfer(
-        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats
+        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats, counts=None
     )
-    processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, link)}
+    processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link))}
     if workers >= 1:
         remote = profiled_run_config()
         remote.ClearField("device_count")
