@@ -29,7 +29,15 @@ from tfplace.core.indexed import IndexedGraph
 from tfplace.placer.executor_order import executor_order
 from tfplace.placer.liveness import LiveMemory
 
-__all__ = ["LIVENESS_MARGIN", "MEMORY_MODELS", "UNPLACED", "MemoryLedger", "Overcommit", "check_memory_model"]
+__all__ = [
+    "LIVENESS_MARGIN",
+    "MEMORY_MODELS",
+    "UNPLACED",
+    "MemoryLedger",
+    "Overcommit",
+    "Replay",
+    "check_memory_model",
+]
 
 #: The memory models a ledger counts with; the placers' default is the first.
 MEMORY_MODELS = ("liveness", "static")
@@ -60,6 +68,16 @@ class Overcommit:
         )
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A finished placement replayed in the executor's order (:mod:`tfplace.placer.executor_order`):
+    each device's ``peak`` of live bytes and the ``makespan``, the last op's finish (the list
+    schedule the simulator runs, so the placer's own estimate of the step)."""
+
+    peak: np.ndarray
+    makespan: float
+
+
 class MemoryLedger:
     """Tracks which device each co-location group went to and the memory each device holds.
 
@@ -75,7 +93,7 @@ class MemoryLedger:
     memory_model : {"static", "liveness"}
         How :meth:`fits` and :meth:`used` count (module docstring).
     replays : dict, optional
-        Peaks of finished placements replayed in the executor's order, keyed by the placement,
+        :class:`Replay` of finished placements in the executor's order, keyed by the placement,
         shared by ledgers of the same graph and devices (a placer that tries several placements
         replays each distinct one once).
     """
@@ -86,11 +104,11 @@ class MemoryLedger:
         devices: DeviceSet,
         capacity: Sequence[int] | None = None,
         memory_model: str = "static",
-        replays: dict[bytes, np.ndarray] | None = None,
+        replays: dict[bytes, Replay] | None = None,
     ):
         check_memory_model(memory_model)
         self.graph = graph
-        self.replays: dict[bytes, np.ndarray] = {} if replays is None else replays
+        self.replays: dict[bytes, Replay] = {} if replays is None else replays
         self.memory_model = memory_model
         self.devices = devices
         all_devices = devices.all_devices
@@ -114,7 +132,7 @@ class MemoryLedger:
         self.group_persistent = np.zeros(groups, dtype=np.int64)
         np.add.at(self.group_persistent, graph.group, graph.persistent)
         self.live = self._live_memory()
-        self._replayed: np.ndarray | None = None
+        self._replayed: Replay | None = None
         everywhere = tuple(range(self.num_targets))
         self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
         constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
@@ -154,6 +172,11 @@ class MemoryLedger:
         assert live is not None
         if not live.complete:
             return live.peak
+        return self.replayed().peak
+
+    def replayed(self) -> Replay:
+        """The executor-order replay of the finished placement (liveness model only)."""
+        assert self.live is not None and self.live.complete, "only a finished placement is replayed"
         if self._replayed is None:
             op_devices = self.op_devices()
             placed = self.group_device != UNPLACED
@@ -168,7 +191,8 @@ class MemoryLedger:
                     replay.add_persistent(d, int(persistent[d]))
                 schedule = executor_order(self.graph, device_of, self.devices)
                 replay.replay(schedule.order, schedule.start, schedule.transfers)
-                self.replays[key] = replay.peak
+                finish = np.asarray(schedule.start) + self.graph.compute
+                self.replays[key] = Replay(replay.peak, float(finish.max(initial=0.0)))
             self._replayed = self.replays[key]
         return self._replayed
 
