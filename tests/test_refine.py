@@ -1,88 +1,92 @@
-"""Standard Evaluation step 2: costs measured at the target batch replace the regression's."""
+"""Boundary refinement of Celeritas' cluster placement (tfplace/placer/refine.py)."""
+
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from helpers import feed_function
-from tfplace.core.costgraph import graph_memory
-from tfplace.core.devices import DeviceName, DeviceSet
-from tfplace.estimator.profiler import OpCost
+from tfplace.core.costgraph import graph_memory, load_json
+from tfplace.core.devices import DeviceSet
+from tfplace.core.indexed import index_graph
+from tfplace.core.orders import kahn_order, leaders_first
+from tfplace.core.synthetic import random_dag
+from tfplace.core.transfer import TransferModel
+from tfplace.placer.adjusting import order_place_clusters
+from tfplace.placer.celeritas import celeritas
+from tfplace.placer.fusion import fuse
+from tfplace.placer.ledger import MemoryLedger
+from tfplace.placer.refine import _boundary_moves, refine_boundaries
+from tfplace.simulator import simulate
 
-pytestmark = pytest.mark.tensorflow
-
-
-def traced_step(records):
-    """A RunMetadata with one record per ``(op, nanoseconds, output bytes per slot, temporary bytes)``."""
-    from tensorflow.core.protobuf.config_pb2 import RunMetadata
-
-    metadata = RunMetadata()
-    device = metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:1")
-    for op, nanos, outputs, temporary in records:
-        node = device.node_stats.add(node_name=op, timeline_label=f"{op} = Op()", all_end_rel_nanos=nanos)
-        for slot, nbytes in enumerate(outputs):
-            node.output.add(slot=slot).tensor_description.allocation_description.allocated_bytes = nbytes
-        node.memory_stats.temp_memory_size = temporary
-    return metadata
+COMMITTED_CNN = Path(__file__).parent / "data" / "cnn_costs_b64.json.gz"
 
 
-def test_measured_ops_take_the_median_of_the_traced_steps_and_keep_predicted_persistent_memory():
-    from tfplace.estimator.refine import measured_costs
-
-    predicted = {
-        "conv": OpCost(1e-3, (100, 7), 50, 4000),
-        "lowered_while": OpCost(2e-3, (30, 40), 0, 0),
-        "not_traced": OpCost(3e-3, (10,), 5, 0),
-    }
-    steps = [
-        traced_step([("conv", 4000, (800,), 60), ("lowered_while/body/_1/add", 1000, (16,), 0)]),
-        traced_step([("conv", 5000, (800,), 60), ("lowered_while/body/_1/add", 3000, (16,), 0)]),
-        traced_step([("conv", 9000, (800,), 60), ("lowered_while/body/_1/add", 2000, (16,), 0)]),
-    ]
-
-    costs, measured = measured_costs(steps, predicted)
-
-    assert measured == {"conv", "lowered_while"}
-    assert costs["conv"] == OpCost(5e-6, (800, 7), 60, 4000)  # slot 1 not reported: predicted
-    assert costs["lowered_while"].compute_time == pytest.approx(2e-6)
-    assert costs["lowered_while"].output_sizes == (30, 40)  # only generated nodes ran: predicted slots
-    assert costs["not_traced"] == predicted["not_traced"]
-
-
-@pytest.mark.slow
-def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the_cost_graph(
-    load_saved_graph, tmp_path
-):
-    from tfplace import estimate_costs
-    from tfplace.tf_graph.step_stats import collect_op_traces
-
-    graph, entry, _ = load_saved_graph("cnn")
-    options = dict(profile_batch_sizes=[1, 2], cache_dir=tmp_path, warmup_steps=1, traced_steps=2)
-    predicted = estimate_costs(graph, entry["train_op"], feed_function(entry), 16, **options).cost_graph
-    # the predicted step does not fit one device, so DFS-TOPO fills the first and goes on to the second
-    devices = DeviceSet.parse("/device:CPU:0-1", int(0.6 * graph_memory(predicted)))
-
-    estimate = estimate_costs(
-        graph, entry["train_op"], feed_function(entry), 16, refine_on=devices, **options
-    )  # the profile comes from the cache: the same predictions
-
-    refinement = estimate.refinement
-    assert estimate.cost_graph is refinement.cost_graph
-    assert refinement.measured_ops == set(estimate.cost_graph)
-    assert {DeviceName.parse(d).index for d in refinement.placement.assignment.values()} == {0, 1}
-    assert refinement.report.mismatches == []
-    ops = set(estimate.cost_graph)
-    traces = [collect_op_traces(m, ops) for m in refinement.report.run_metadata]
-    assert all(trace["images"].output_sizes == (16 * 8 * 8 * 3 * 4,) for trace in traces)  # the target batch
-    conv_times = sorted(trace["conv1/Conv2D"].compute_time for trace in traces)
-    assert estimate.cost_graph.nodes["conv1/Conv2D"]["compute_time"] == conv_times[len(conv_times) // 2]
-    assert estimate.cost_graph.nodes["conv1/Conv2D"]["persistent_bytes"] == (
-        estimate.regression.predict(16)["conv1/Conv2D"].persistent_bytes
+def filled(graph, device_set, exploration_range=200):
+    """Order-Place on Kahn-order clusters, as Celeritas' breadth-first candidate: (ledger, coarse,
+    members, cluster devices)."""
+    fusion = fuse(
+        graph,
+        leaders_first(graph, kahn_order(graph)),
+        exploration_range,
+        min(d.memory for d in device_set) / 4,
     )
+    coarse = index_graph(fusion.coarse)
+    ledger = MemoryLedger(graph, device_set, memory_model="liveness")
+    schedule = order_place_clusters(coarse, fusion.members, ledger)
+    return ledger, coarse, fusion.members, schedule.devices
 
 
-def test_measured_ops_keep_the_aliased_outputs_step_one_found():
-    from tfplace.estimator.refine import measured_costs
+def fits(ledger):
+    return all(ledger.used(d) <= device.memory for d, device in enumerate(ledger.devices.devices))
 
-    predicted = {"x": OpCost(1e-3, (100,), 0, 0), "ident": OpCost(1e-6, (100,), 0, 0, ((0, "x", 0),))}
-    costs, _ = measured_costs([traced_step([("ident", 2000, (800,), 0)])], predicted)
-    assert costs["ident"].output_sizes == (800,)
-    assert costs["ident"].aliased_outputs == ((0, "x", 0),)
+
+def test_boundary_moves_shift_single_clusters_at_every_boundary_before_longer_runs():
+    moves = [(list(run), target) for run, target in _boundary_moves([0, 0, 0, 1, 1, 0])]
+    assert moves[:4] == [([2], 1), ([3], 0), ([4], 0), ([5], 1)]
+    assert ([1, 2], 1) in moves and ([3, 4], 0) in moves
+    assert all(len(run) <= 3 for run, _ in moves)
+
+
+def test_no_boundary_means_no_move():
+    assert list(_boundary_moves([2, 2, 2])) == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(10, 120), st.integers(0, 10_000), st.floats(0.4, 1.2), st.integers(2, 4))
+def test_a_refined_placement_fits_and_its_simulated_step_is_shorter(size, seed, headroom, count):
+    graph = random_dag(
+        size, seed=seed, average_degree=2.5, group_fraction=0.2, transfer_model=TransferModel.default()
+    )
+    device_set = DeviceSet.parse(
+        f"/device:GPU:0-{count - 1}", max(1, int(graph_memory(graph) * headroom / count))
+    )
+    indexed = index_graph(graph, device_set.typical_link)
+    ledger, coarse, members, devices = filled(indexed, device_set, exploration_range=3)
+    if not fits(ledger):
+        return
+    refined = refine_boundaries(ledger, coarse, members, devices)
+    if refined is None:
+        return
+    assert fits(refined)
+    before = simulate(indexed, ledger.op_devices(), device_set).makespan
+    after = simulate(indexed, refined.op_devices(), device_set).makespan
+    assert after < before
+    assert refined.replayed().makespan == pytest.approx(after)
+    moved = refined.op_devices() != ledger.op_devices()
+    assert all(
+        moved[indexed.group == g].all() for g in set(indexed.group[moved].tolist())
+    )  # groups move whole
+
+
+def test_celeritas_refines_the_committed_cnn_split_over_two_devices_to_a_shorter_simulated_step():
+    graph = load_json(COMMITTED_CNN)
+    device_set = DeviceSet.parse("/device:GPU:0-3", int(graph_memory(graph) * 0.3))
+    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    kept = min(c[2] for c in output.details["candidates"] if c[3])
+    step = simulate(indexed, output.op_devices, device_set).makespan
+    assert output.details["refined"]
+    assert step == pytest.approx(output.estimated_makespan)
+    assert step < kept
+    assert fits(output.ledger)

@@ -22,6 +22,7 @@ from tfplace.placer.adjusting import ClusterSchedule, adjusting_placement, order
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import Fusion, fuse
 from tfplace.placer.ledger import MemoryLedger, Replay
+from tfplace.placer.refine import refine_boundaries
 
 __all__ = ["DEFAULT_EXPLORATION_RANGE", "celeritas", "order_place"]
 
@@ -113,6 +114,7 @@ class _Candidate:
     """One placement Celeritas considered: the fusion it placed, how, and the result."""
 
     fusion: Fusion
+    coarse: IndexedGraph
     placer: ClusterPlacer
     order: Callable[[IndexedGraph], list[int]]
     ledger: MemoryLedger
@@ -150,6 +152,7 @@ def _fuse_and_place(
         return [
             _Candidate(
                 fusion,
+                coarse,
                 placer,
                 order,
                 *_place_within_memory(graph, devices, coarse, fusion.members, memory_model, placer, replays),
@@ -162,11 +165,15 @@ def _fuse_and_place(
         candidates += place(kahn_order, [order_place_clusters])
     best = min(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
     fusion, ledger, schedule = best.fusion, best.ledger, best.schedule
+    refined = None
+    if breadth_first and _fits_devices(ledger) and _targets_filled(ledger) > 1:
+        refined = refine_boundaries(ledger, best.coarse, fusion.members, schedule.devices)
+    ledger = refined or ledger
     compute = float(graph.compute.sum())
     return PlacerOutput(
         op_devices=ledger.op_devices(),
         ledger=ledger,
-        estimated_makespan=best.makespan,
+        estimated_makespan=ledger.replayed().makespan if refined else best.makespan,
         details={
             "clusters": len(fusion.members),
             "ccr_before": sum(map(sum, graph.succ_time)) / compute if compute else float("inf"),
@@ -175,6 +182,7 @@ def _fuse_and_place(
             "cluster_placer": best.placer.__name__,
             "fusion_order": best.order.__name__,
             "fill_share": best.share,
+            "refined": refined is not None,
             "candidates": [
                 (c.order.__name__, c.placer.__name__, c.makespan, _fits_devices(c.ledger)) for c in candidates
             ],

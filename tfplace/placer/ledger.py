@@ -26,7 +26,7 @@ import numpy as np
 from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
-from tfplace.placer.executor_order import executor_order
+from tfplace.placer.executor_order import ExecutorSchedule, executor_order
 from tfplace.placer.liveness import LiveMemory
 
 __all__ = [
@@ -178,23 +178,26 @@ class MemoryLedger:
         """The executor-order replay of the finished placement (liveness model only)."""
         assert self.live is not None and self.live.complete, "only a finished placement is replayed"
         if self._replayed is None:
-            op_devices = self.op_devices()
-            placed = self.group_device != UNPLACED
-            persistent = np.bincount(
-                self.group_device[placed], weights=self.group_persistent[placed], minlength=len(self.capacity)
-            )
-            key = op_devices.tobytes() + persistent.tobytes()
-            if key not in self.replays:
-                device_of = op_devices.tolist()
-                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
-                for d in np.flatnonzero(persistent).tolist():
-                    replay.add_persistent(d, int(persistent[d]))
-                schedule = executor_order(self.graph, device_of, self.devices)
-                replay.replay(schedule.order, schedule.start, schedule.transfers)
-                finish = np.asarray(schedule.start) + self.graph.compute
-                self.replays[key] = Replay(replay.peak, float(finish.max(initial=0.0)))
-            self._replayed = self.replays[key]
+            self._replayed = self.replay_groups(self.group_device)
         return self._replayed
+
+    def replay_groups(self, group_device: np.ndarray, schedule: ExecutorSchedule | None = None) -> Replay:
+        """The executor-order replay with every co-location group on ``group_device`` (each one
+        placed), from the shared cache ``replays`` when that placement was replayed before;
+        ``schedule`` is its :func:`~tfplace.placer.executor_order.executor_order` if known."""
+        persistent = np.bincount(group_device, weights=self.group_persistent, minlength=len(self.capacity))
+        op_devices = group_device[self.graph.group]
+        key = op_devices.tobytes() + persistent.tobytes()
+        if key not in self.replays:
+            device_of = op_devices.tolist()
+            replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
+            for d in np.flatnonzero(persistent).tolist():
+                replay.add_persistent(d, int(persistent[d]))
+            schedule = schedule or executor_order(self.graph, device_of, self.devices)
+            replay.replay(schedule.order, schedule.start, schedule.transfers)
+            finish = np.asarray(schedule.start) + self.graph.compute
+            self.replays[key] = Replay(replay.peak, float(finish.max(initial=0.0)))
+        return self.replays[key]
 
     def _live_memory(self) -> LiveMemory | None:
         if self.memory_model != "liveness":
