@@ -2,13 +2,14 @@
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import UNIT_LINK, graph_from_edges
-from tfplace.core.costgraph import CostGraph, graph_memory
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.orders import cpd_topo_order
@@ -240,3 +241,62 @@ def test_adjusting_can_be_slower_than_order_place_when_its_moves_take_the_memory
     assert simulate(indexed, ordered.op_devices, device_set).makespan == pytest.approx(13)
     assert adjusting.estimated_makespan == pytest.approx(19)
     assert ordered.estimated_makespan == pytest.approx(13)
+
+
+# -- Celeritas' choice among its candidates (liveness) ----------------------------------------------
+
+COMMITTED_CNN = Path(__file__).parent / "data" / "cnn_costs_b64.json.gz"
+
+
+@pytest.mark.parametrize("share", [0.15, 0.3, 0.5, 1.0])
+def test_celeritas_estimates_the_step_of_its_placement_by_the_executor_replay_the_simulator_runs(share):
+    graph = load_json(COMMITTED_CNN)
+    device_set = DeviceSet.parse("/device:GPU:0-3", int(graph_memory(graph) * share))
+    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    assert output.estimated_makespan == pytest.approx(
+        simulate(indexed, output.op_devices, device_set).makespan
+    )
+
+
+@pytest.mark.parametrize("share", [0.15, 0.3, 0.5, 1.0])
+def test_celeritas_keeps_the_fastest_candidate_that_fits_and_fuses_breadth_first_only_when_memory_splits_the_step(
+    share,
+):
+    graph = load_json(COMMITTED_CNN)
+    device_set = DeviceSet.parse("/device:GPU:0-3", int(graph_memory(graph) * share))
+    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    candidates = output.details["candidates"]
+    kept = (output.details["fusion_order"], output.details["cluster_placer"])
+    fitting = [c for c in candidates if c[3]] or candidates
+    assert kept in [c[:2] for c in fitting if c[2] == min(f[2] for f in fitting)]
+    filled = len(set(order_place(indexed, device_set).op_devices.tolist()))
+    assert [c[:2] for c in candidates] == [
+        ("cpd_topo_order", "adjusting_placement"),
+        ("cpd_topo_order", "order_place_clusters"),
+        *([("kahn_order", "order_place_clusters")] if filled > 1 else []),
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 120), st.integers(0, 10_000), st.floats(0.3, 3.0), st.integers(2, 4))
+def test_celeritas_is_never_slower_in_simulation_than_the_papers_adjusting_placement_or_order_place_when_they_fit(
+    size, seed, headroom, count
+):
+    graph = random_dag(
+        size, seed=seed, average_degree=2.5, group_fraction=0.2, transfer_model=TransferModel.default()
+    )
+    device_set = DeviceSet.parse(
+        f"/device:GPU:0-{count - 1}", max(1, int(graph_memory(graph) * headroom / count))
+    )
+    indexed = index_graph(graph, device_set.typical_link)
+    chosen = celeritas(indexed, device_set, exploration_range=3)
+    for other in (
+        celeritas(indexed, device_set, exploration_range=3, order_place_guard=False),
+        order_place(indexed, device_set, exploration_range=3),
+    ):
+        if not other.ledger.overcommits():
+            assert not chosen.ledger.overcommits()
+            step = simulate(indexed, chosen.op_devices, device_set).makespan
+            assert step <= simulate(indexed, other.op_devices, device_set).makespan * (1 + 1e-9)

@@ -26,10 +26,18 @@ import numpy as np
 from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
-from tfplace.placer.executor_order import executor_order
+from tfplace.placer.executor_order import ExecutorSchedule, executor_order
 from tfplace.placer.liveness import LiveMemory
 
-__all__ = ["LIVENESS_MARGIN", "MEMORY_MODELS", "UNPLACED", "MemoryLedger", "Overcommit", "check_memory_model"]
+__all__ = [
+    "LIVENESS_MARGIN",
+    "MEMORY_MODELS",
+    "UNPLACED",
+    "MemoryLedger",
+    "Overcommit",
+    "Replay",
+    "check_memory_model",
+]
 
 #: The memory models a ledger counts with; the placers' default is the first.
 MEMORY_MODELS = ("liveness", "static")
@@ -60,6 +68,16 @@ class Overcommit:
         )
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A finished placement replayed in the executor's order (:mod:`tfplace.placer.executor_order`):
+    each device's ``peak`` of live bytes and the ``makespan``, the last op's finish (the list
+    schedule the simulator runs, so the placer's own estimate of the step)."""
+
+    peak: np.ndarray
+    makespan: float
+
+
 class MemoryLedger:
     """Tracks which device each co-location group went to and the memory each device holds.
 
@@ -75,7 +93,7 @@ class MemoryLedger:
     memory_model : {"static", "liveness"}
         How :meth:`fits` and :meth:`used` count (module docstring).
     replays : dict, optional
-        Peaks of finished placements replayed in the executor's order, keyed by the placement,
+        :class:`Replay` of finished placements in the executor's order, keyed by the placement,
         shared by ledgers of the same graph and devices (a placer that tries several placements
         replays each distinct one once).
     """
@@ -86,11 +104,11 @@ class MemoryLedger:
         devices: DeviceSet,
         capacity: Sequence[int] | None = None,
         memory_model: str = "static",
-        replays: dict[bytes, np.ndarray] | None = None,
+        replays: dict[bytes, Replay] | None = None,
     ):
         check_memory_model(memory_model)
         self.graph = graph
-        self.replays: dict[bytes, np.ndarray] = {} if replays is None else replays
+        self.replays: dict[bytes, Replay] = {} if replays is None else replays
         self.memory_model = memory_model
         self.devices = devices
         all_devices = devices.all_devices
@@ -115,7 +133,7 @@ class MemoryLedger:
         np.add.at(self.group_persistent, graph.group, graph.persistent)
         self._group_persistent: list[int] = self.group_persistent.tolist()  # for per-trial sums
         self.live = self._live_memory()
-        self._replayed: np.ndarray | None = None
+        self._replayed: Replay | None = None
         everywhere = tuple(range(self.num_targets))
         self.group_targets: list[tuple[int, ...]] = [everywhere] * groups
         constrained = {int(graph.group[op]) for op, kinds in enumerate(graph.kinds) if kinds is not None}
@@ -155,23 +173,32 @@ class MemoryLedger:
         assert live is not None
         if not live.complete:
             return live.peak
+        return self.replayed().peak
+
+    def replayed(self) -> Replay:
+        """The executor-order replay of the finished placement (liveness model only)."""
+        assert self.live is not None and self.live.complete, "only a finished placement is replayed"
         if self._replayed is None:
-            op_devices = self.op_devices()
-            placed = self.group_device != UNPLACED
-            persistent = np.bincount(
-                self.group_device[placed], weights=self.group_persistent[placed], minlength=len(self.capacity)
-            )
-            key = op_devices.tobytes() + persistent.tobytes()
-            if key not in self.replays:
-                device_of = op_devices.tolist()
-                replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
-                for d in np.flatnonzero(persistent).tolist():
-                    replay.add_persistent(d, int(persistent[d]))
-                schedule = executor_order(self.graph, device_of, self.devices)
-                replay.replay(schedule.order, schedule.start, schedule.transfers)
-                self.replays[key] = replay.peak
-            self._replayed = self.replays[key]
+            self._replayed = self.replay_groups(self.group_device)
         return self._replayed
+
+    def replay_groups(self, group_device: np.ndarray, schedule: ExecutorSchedule | None = None) -> Replay:
+        """The executor-order replay with every co-location group on ``group_device`` (each one
+        placed), from the shared cache ``replays`` when that placement was replayed before;
+        ``schedule`` is its :func:`~tfplace.placer.executor_order.executor_order` if known."""
+        persistent = np.bincount(group_device, weights=self.group_persistent, minlength=len(self.capacity))
+        op_devices = group_device[self.graph.group]
+        key = op_devices.tobytes() + persistent.tobytes()
+        if key not in self.replays:
+            device_of = op_devices.tolist()
+            replay = LiveMemory(self.graph, len(self.capacity), device_of.__getitem__)
+            for d in np.flatnonzero(persistent).tolist():
+                replay.add_persistent(d, int(persistent[d]))
+            schedule = schedule or executor_order(self.graph, device_of, self.devices)
+            replay.replay(schedule.order, schedule.start, schedule.transfers)
+            finish = np.asarray(schedule.start) + self.graph.compute
+            self.replays[key] = Replay(replay.peak, float(finish.max(initial=0.0)))
+        return self.replays[key]
 
     def _live_memory(self) -> LiveMemory | None:
         if self.memory_model != "liveness":

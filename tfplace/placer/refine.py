@@ -1,0 +1,133 @@
+"""Boundary refinement of a cluster placement, judged by the executor replay.
+
+Order-Place fills the devices in the clusters' order, so where one device's clusters end and the
+next device's begin is wherever its memory ran out, not where the step is cheapest to cut. This
+pass moves the clusters next to such a boundary across it, in the spirit of Kernighan-Lin/FM
+refinement on the fused graph (Celeritas section 5 places the coarse graph; this refines that
+placement): a run of ``k`` consecutive clusters (``k = 1, 2, 4, ...``, all on one side of a
+boundary in the coarse graph's CPD-TOPO order) goes to the device on the other side, with the
+co-location groups it decides (those whose first op in that order it holds: a forward op's
+gradient ops move with it). A move is kept when every device's replayed peak still fits and the
+replay's makespan (:func:`~tfplace.placer.executor_order.executor_order`, the list schedule the
+simulator runs) drops; the first such move is kept and the search starts again, until no move
+helps or :data:`MAX_MOVES` moves were tried. A trial costs one executor order over the ops, a
+faster one also the memory replay of that order
+(:meth:`~tfplace.placer.ledger.MemoryLedger.replay_groups`): together the replay that checks a
+final placement's memory anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from tfplace.core.indexed import IndexedGraph
+from tfplace.core.orders import cpd_topo_order
+from tfplace.placer.executor_order import ExecutorSchedule, executor_order
+from tfplace.placer.ledger import MemoryLedger, Replay
+
+__all__ = ["MAX_MOVES", "refine_boundaries"]
+
+#: Moves the refinement tries at most (each one executor order over the ops).
+MAX_MOVES = 12
+
+
+def refine_boundaries(
+    ledger: MemoryLedger,
+    coarse: IndexedGraph,
+    members: Sequence[Sequence[int]],
+    cluster_devices: Sequence[int],
+) -> MemoryLedger | None:
+    """The refined placement of the finished liveness ``ledger`` (module docstring), whose cluster
+    ``c`` (ops ``members[c]``) went to ``cluster_devices[c]``; ``None`` when no move helps."""
+    order = cpd_topo_order(coarse)
+    deciding = _deciding_groups(ledger, order, members, cluster_devices)
+    devices = [cluster_devices[c] for c in order]
+    best_groups, best = ledger.group_device.copy(), ledger.replayed()
+    tried, improved = 0, False
+    while tried < MAX_MOVES:
+        for run, target in _boundary_moves(devices):
+            moved = [g for c in run for g in deciding[order[c]] if target in ledger.group_targets[g]]
+            if not moved:
+                continue
+            trial = best_groups.copy()
+            trial[moved] = target
+            tried += 1
+            schedule = executor_order(ledger.graph, trial[ledger.graph.group].tolist(), ledger.devices)
+            faster = _makespan(ledger.graph, schedule) < best.makespan * (1 - 1e-9)
+            if faster and _fits(ledger, replay := ledger.replay_groups(trial, schedule)):
+                best_groups, best, improved = trial, replay, True
+                for c in run:
+                    devices[c] = target
+                break
+            if tried >= MAX_MOVES:
+                break
+        else:
+            break
+    if not improved:
+        return None
+    return _placed(ledger, best_groups, [op for c in order for op in members[c]])
+
+
+def _deciding_groups(
+    ledger: MemoryLedger,
+    order: Sequence[int],
+    members: Sequence[Sequence[int]],
+    cluster_devices: Sequence[int],
+) -> list[list[int]]:
+    """For each cluster, the groups whose first op in ``order`` it holds and that went to the
+    cluster's device (not elsewhere for want of a kernel or of memory)."""
+    graph = ledger.graph
+    deciding: list[list[int]] = [[] for _ in members]
+    seen = np.zeros(len(graph.group_members), dtype=bool)
+    for c in order:
+        groups = graph.group[np.asarray(members[c], dtype=np.int64)]
+        fresh = np.unique(groups[~seen[groups]])
+        seen[fresh] = True
+        deciding[c] = fresh[ledger.group_device[fresh] == cluster_devices[c]].tolist()
+    return deciding
+
+
+def _boundary_moves(devices: Sequence[int]) -> Iterator[tuple[range, int]]:
+    """``(run of positions, target device)``: at each boundary between positions ``i`` and
+    ``i + 1`` on different devices, the last ``k`` positions before it to the device after it and
+    the first ``k`` after it to the device before it, within each side's run; ``k = 1`` at every
+    boundary first, then ``k = 2, 4, ...``."""
+    sides = []
+    for i in range(len(devices) - 1):
+        before, after = devices[i], devices[i + 1]
+        if before == after:
+            continue
+        left = i
+        while left > 0 and devices[left - 1] == before:
+            left -= 1
+        right = i + 1
+        while right + 1 < len(devices) and devices[right + 1] == after:
+            right += 1
+        sides.append((i, i + 1 - left, right - i, before, after))
+    k = 1
+    while any(k <= max(lefts, rights) for _, lefts, rights, _, _ in sides):
+        for i, lefts, rights, before, after in sides:
+            if k <= lefts:
+                yield range(i + 1 - k, i + 1), after
+            if k <= rights:
+                yield range(i + 1, i + 1 + k), before
+        k *= 2
+
+
+def _makespan(graph: IndexedGraph, schedule: ExecutorSchedule) -> float:
+    return float((np.asarray(schedule.start) + graph.compute).max(initial=0.0))
+
+
+def _fits(ledger: MemoryLedger, replay: Replay) -> bool:
+    return all(replay.peak[d] <= device.memory for d, device in enumerate(ledger.devices.devices))
+
+
+def _placed(template: MemoryLedger, group_device: np.ndarray, ops: list[int]) -> MemoryLedger:
+    """A finished ledger with each group on ``group_device`` and the ops run in ``ops``' order."""
+    ledger = template.blank()
+    for device in np.unique(group_device).tolist():
+        ledger.commit(np.flatnonzero(group_device == device).tolist(), device)
+    ledger.run(ops)
+    return ledger
