@@ -39,11 +39,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies
+from tfplace.core.indexed import IndexedGraph, gc_paused, index_tables
+from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
@@ -59,11 +63,34 @@ HALO_ROWS = 1
 
 @dataclass(frozen=True)
 class ExpandedPlan:
-    """The cost graph of pieces, each node's device, and the nodes each op of the plan became."""
+    """The pieces: their nodes (``pieces``, a cost graph without edges) and edges (``edges``,
+    ``(src, dst)`` -> attributes but ``transfer_time``), each node's device, and the nodes each op
+    of the plan became. :attr:`graph` is their cost graph, built when first read; simulating needs
+    only :meth:`indexed`, which networkx need not build."""
 
-    graph: CostGraph
+    pieces: CostGraph
+    edges: dict[tuple[str, str], dict[str, Any]]
     devices: dict[str, str]
     nodes_of: dict[str, tuple[str, ...]]
+
+    @cached_property
+    def graph(self) -> CostGraph:
+        """The cost graph of the pieces (``pieces`` with ``edges`` added, as
+        :meth:`~tfplace.core.costgraph.CostGraph.add_dependencies` adds them)."""
+        model = self.pieces.transfer_model
+        self.pieces.add_edges_from(
+            (src, dst, {**edge, "transfer_time": edge_time(edge, model)})
+            for (src, dst), edge in self.edges.items()
+        )
+        return self.pieces
+
+    def indexed(self, link: TransferModel) -> IndexedGraph:
+        """:func:`~tfplace.core.indexed.index_graph` of :attr:`graph` on ``link``, from the tables."""
+        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.pieces}
+        for (src, dst), edge in self.edges.items():
+            successors[src][dst] = edge
+        ops = [attrs for _, attrs in self.pieces.nodes(data=True)]
+        return index_tables(list(successors), ops, list(successors.values()), link)
 
 
 @dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
@@ -90,13 +117,18 @@ def simulate_plan(
     a device of speed 1, and every node on a device of speed ``s`` takes ``1/s`` of its time there
     (devices not named have speed 1).
     """
-    expanded = expand_plan(graph, plan)
-    for node, device in expanded.devices.items():
-        speed = (speeds or {}).get(device, 1.0)
-        if speed <= 0:
-            raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
-        expanded.graph.nodes[node]["compute_time"] /= speed
-    result = simulate(expanded.graph, expanded.devices, plan.devices, **options)
+    with gc_paused():  # the pieces are millions of small objects and no reference cycles
+        expanded = expand_plan(graph, plan)
+        nodes = dict(expanded.pieces.nodes(data=True))
+        for node, device in expanded.devices.items():
+            speed = (speeds or {}).get(device, 1.0)
+            if speed <= 0:
+                raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
+            nodes[node]["compute_time"] /= speed
+        indexed = expanded.indexed(plan.devices.typical_link)
+        number = {name: plan.devices.index(name) for name in set(expanded.devices.values())}
+        placed = np.array([number[expanded.devices[name]] for name in indexed.names], dtype=np.int64)
+        result = simulate(indexed, placed, plan.devices, **options)
     names = [d.name for d in plan.devices.all_devices]
     plan.step_time = float(result.makespan)
     plan.peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
@@ -116,6 +148,7 @@ class _Expander:
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
         self.copy = copy_cost(graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
+        self.edges: dict[tuple[str, str], dict[str, Any]] = {}
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -123,11 +156,12 @@ class _Expander:
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
-        self.out.add_dependencies(self.dependencies)
+        nodes = dict(self.out.nodes(data=True))
+        self.edges = merge_dependencies(self.dependencies, lambda op: nodes[op]["output_sizes"])
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
-        return ExpandedPlan(self.out, self.devices, nodes_of)
+        return ExpandedPlan(self.out, self.edges, self.devices, nodes_of)
 
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
@@ -220,7 +254,8 @@ class _Expander:
         nbytes: int | None = None,
         control: bool = False,
     ) -> None:
-        """An edge of the pieces, added with all the others at the end (:meth:`CostGraph.add_dependencies`)."""
+        """An edge of the pieces, merged with all the others at the end
+        (:func:`~tfplace.core.costgraph.merge_dependencies`)."""
         self.dependencies.append((src, dst, slots, nbytes, control))
 
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
@@ -462,7 +497,7 @@ class _Expander:
             kept = []
             for slot, producer, producer_slot in aliases:
                 local = [p.node for p in self.pieces.get(producer, []) if p.device == piece.device]
-                edge = self.out.get_edge_data(local[0], piece.node) if local else None
+                edge = self.edges.get((local[0], piece.node)) if local else None
                 if edge is not None and producer_slot in edge["slots"]:
                     kept.append((slot, local[0], producer_slot))
             self.out.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))
