@@ -119,12 +119,12 @@ def simulate_plan(
     """
     with gc_paused():  # the pieces are millions of small objects and no reference cycles
         expanded = expand_plan(graph, plan)
-        nodes = dict(expanded.pieces.nodes(data=True))
-        for node, device in expanded.devices.items():
-            speed = (speeds or {}).get(device, 1.0)
-            if speed <= 0:
-                raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
-            nodes[node]["compute_time"] /= speed
+        if speeds:
+            for node, device in expanded.devices.items():
+                speed = speeds.get(device, 1.0)
+                if speed <= 0:
+                    raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
+                expanded.pieces.nodes[node]["compute_time"] /= speed
         indexed = expanded.indexed(plan.devices.typical_link)
         number = {name: plan.devices.index(name) for name in set(expanded.devices.values())}
         placed = np.array([number[expanded.devices[name]] for name in indexed.names], dtype=np.int64)
@@ -149,6 +149,7 @@ class _Expander:
         self.copy = copy_cost(graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
         self.edges: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes in ``out``, by name
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -156,7 +157,7 @@ class _Expander:
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
-        nodes = dict(self.out.nodes(data=True))
+        nodes = self.nodes
         self.edges = merge_dependencies(self.dependencies, lambda op: nodes[op]["output_sizes"])
         for op in self.graph:
             self._keep_aliases(op)
@@ -166,6 +167,7 @@ class _Expander:
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
         self.out.add_op(name, **attrs)
+        self.nodes[name] = self.out.nodes[name]
         self.devices[name] = device
 
     def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
@@ -175,9 +177,10 @@ class _Expander:
         if like is None:
             self.out.add_op(name, **attrs)
         else:
-            copied = {**self.out.nodes[like], **attrs}
+            copied = {**self.nodes[like], **attrs}
             copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
             self.out.add_node(name, **copied)
+        self.nodes[name] = self.out.nodes[name]
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
@@ -301,42 +304,40 @@ class _Expander:
         sources = self.pieces[u]
         rule = self.rules[u]
         written = rule.write(slot) if rule is not None else REPLICATED
-        if written == PARTIAL and layout == PARTIAL:
+        summed = written == PARTIAL  # the layouts are compared once each: dataclass equality is slow
+        if layout == PARTIAL:
             index = self.pieces[self._op_of(target.node)].index(target)
-            if self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
+            if summed and self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
                 self._depend(sources[index].node, target.node, slots=(slot,))
                 return
-        if layout == PARTIAL:  # a summand: the whole tensor for the first piece, zeros for the others
-            index = self.pieces[self._op_of(target.node)].index(target)
-            layout = REPLICATED
+            layout = REPLICATED  # a summand: the whole tensor for the first piece, zeros for the others
             if index > 0:
                 return
-        if written == PARTIAL:
+        if summed:
             sources = [self._summed(u, slot, target, replicas)]
             slot, written = 0, REPLICATED
-        if written == REPLICATED:
+        from_whole = written == REPLICATED
+        if from_whole:
             sources = [s for s in sources if s.device == target.device][:1] or sources[:1]
-        size = self._size(sources[0].node if written == REPLICATED else u, slot)
+        size = self._size(sources[0].node if from_whole else u, slot)
         if layout == REPLICATED:
             whole = [(s.node, slot, self._size(s.node, slot)) for s in sources]
             self._join(u, slot, target, layout, whole)
             return
         arrivals: list[tuple[str, int, int]] = []
         for source in sources:
-            if written == REPLICATED:
+            if from_whole:
                 overlap = target.hi - target.lo
             elif written.axis == layout.axis:
                 overlap = max(0.0, min(source.hi, target.hi) - max(source.lo, target.lo))
             else:
                 overlap = (source.hi - source.lo) * (target.hi - target.lo)
-            whole_piece = written != REPLICATED and abs(overlap - (source.hi - source.lo)) < 1e-9
+            whole_piece = not from_whole and abs(overlap - (source.hi - source.lo)) < 1e-9
             if overlap > 0 and (source.device == target.device or whole_piece):
                 arrivals.append((source.node, slot, round(size * overlap)))
             elif overlap > 0:
                 halo_rows = (
-                    2 * self._halo_bytes(u, slot, layout)
-                    if layout.kind == "halo" and written == REPLICATED
-                    else 0
+                    2 * self._halo_bytes(u, slot, layout) if layout.kind == "halo" and from_whole else 0
                 )
                 nbytes = round(size * overlap) + halo_rows
                 what = (layout.axis, target.lo, target.hi)
@@ -465,12 +466,13 @@ class _Expander:
                     )
                     for result in results:
                         self._depend(gathered, result, slots=(0,))
-                        self.out.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
+                        self.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
                 for part_node in reduced:
                     self._depend(part_node, gathered, slots=(0,))
 
     def _size(self, node: str, slot: int) -> int:
-        sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]
+        attrs = self.nodes.get(node)
+        sizes = (attrs if attrs is not None else self.graph.nodes[node])["output_sizes"]
         return int(sizes[slot]) if slot < len(sizes) else 0
 
     def _halo_bytes(self, u: str, slot: int, layout: Layout) -> int:
@@ -500,4 +502,4 @@ class _Expander:
                 edge = self.edges.get((local[0], piece.node)) if local else None
                 if edge is not None and producer_slot in edge["slots"]:
                     kept.append((slot, local[0], producer_slot))
-            self.out.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))
+            self.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))
