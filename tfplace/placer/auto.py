@@ -51,7 +51,7 @@ in the portfolio of small graphs: past it, that candidate is m-ETF's placement.
    the graph's critical path of compute (``details["whole_op_bound"]``), no placement of whole ops
    can rank better (each op runs whole after its inputs; transfers only add), so none is searched
    (``whole_op_winner`` says so). That skips the portfolio's simulations where splitting wins by far
-   (Inception V3, the Transformer, Tensor Holography), with the same winner.
+   (Inception V3, Tensor Holography), with the same winner.
 
 ``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
 it, or the split placer) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per
