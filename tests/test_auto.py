@@ -271,8 +271,20 @@ def test_auto_takes_the_layer_wise_plan_where_it_beats_data_parallelism_and_ever
     split = split_candidates(placement)
     assert placement.details["winner"] == "layerwise"
     assert placement.step_time < split["data_parallel"]["step_time"]
-    assert placement.step_time < placement.details["whole_op_step_time"]
+    whole_ops = placement.details.get("whole_op_step_time", placement.details["whole_op_bound"])
+    assert placement.step_time < whole_ops
     assert placement.split_plan.splits["logits"].dimension == "channel"
+
+
+def test_auto_searches_no_placement_of_whole_ops_when_a_split_plan_beats_the_critical_path():
+    graph, devices = split_case(wide_layer_graph(), gpus(memory="1GB", link=FAST_LINK))
+
+    placement = place_cost_graph(graph, devices, "auto")
+
+    assert placement.details["whole_op_winner"].startswith("not searched")
+    assert placement.step_time < placement.details["whole_op_bound"]
+    for placer in ALWAYS:  # the placers it would have run: none is faster
+        assert place_cost_graph(graph, devices, placer).step_time >= placement.details["whole_op_bound"]
 
 
 def test_auto_keeps_a_placement_of_whole_ops_when_no_split_plan_is_faster():

@@ -86,7 +86,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -113,6 +113,7 @@ __all__ = [
     "gradient_pairs",
     "graph_memory",
     "load_json",
+    "merge_dependencies",
     "op_memory",
     "output_bytes",
     "resident_memory",
@@ -244,14 +245,12 @@ class CostGraph(nx.DiGraph):
         """:meth:`add_dependency` of each ``(src, dst, slots, nbytes, control)`` in turn, with the same
         merging and edge order, in one pass: the fast path for graphs built by the 100,000 edges (a
         split plan's pieces, :mod:`tfplace.split.expand`); transfer times are computed once per edge."""
-        pending: dict[tuple[str, str], dict[str, Any]] = {}
-        for src, dst, slots, nbytes, control in dependencies:
-            key = (src, dst)
-            existing = pending.get(key)
-            if existing is None:
-                self._check_ends(src, dst)
-                existing = dict(self.edges[key]) if self.has_edge(src, dst) else None
-            pending[key] = _merged_edge(existing, self._node[src]["output_sizes"], slots, nbytes, control)
+
+        def existing(src: str, dst: str) -> dict[str, Any] | None:
+            self._check_ends(src, dst)
+            return dict(self.edges[src, dst]) if self.has_edge(src, dst) else None
+
+        pending = merge_dependencies(dependencies, lambda op: self._node[op]["output_sizes"], existing)
         model = self.transfer_model
         for edge in pending.values():
             edge["transfer_time"] = edge_time(edge, model)
@@ -299,6 +298,25 @@ class CostGraph(nx.DiGraph):
             if forward is not None and (not isinstance(forward, str) or forward == name):
                 raise CostGraphError(f"op {name!r}: gradient_of must name another op, got {forward!r}")
         check_acyclic(self)
+
+
+def merge_dependencies(
+    dependencies: Iterable[tuple[str, str, Iterable[int], int | None, bool]],
+    output_sizes: Callable[[str], Sequence[int]],
+    existing: Callable[[str, str], dict[str, Any] | None] = lambda src, dst: None,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The edges ``(src, dst) -> attributes`` (without ``transfer_time``) that
+    :meth:`CostGraph.add_dependency` of each ``(src, dst, slots, nbytes, control)`` in turn makes, in
+    the order each pair first appears; ``output_sizes(op)`` gives a producer's slot sizes,
+    ``existing(src, dst)`` a copy of an edge already there (``None`` by default: no edges yet)."""
+    pending: dict[tuple[str, str], dict[str, Any]] = {}
+    for src, dst, slots, nbytes, control in dependencies:
+        key = (src, dst)
+        edge = pending.get(key)
+        if edge is None:
+            edge = existing(src, dst)
+        pending[key] = _merged_edge(edge, output_sizes(src), slots, nbytes, control)
+    return pending
 
 
 def _merged_edge(

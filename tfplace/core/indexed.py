@@ -25,7 +25,7 @@ from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
 
-__all__ = ["IndexedGraph", "gc_paused", "index_graph"]
+__all__ = ["IndexedGraph", "gc_paused", "index_graph", "index_tables"]
 
 T = TypeVar("T")
 
@@ -131,10 +131,30 @@ def index_graph(
 
 
 def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: bool) -> IndexedGraph:
-    names = list(graph.nodes)
+    return index_tables(
+        list(graph.nodes),
+        [attrs for _, attrs in graph.nodes(data=True)],
+        [successors for _, successors in graph.adjacency()],
+        link if link is not None else _graph_link(graph),
+        link is None,
+        coplace_gradients,
+    )
+
+
+def index_tables(
+    names: list[str],
+    ops: list[dict[str, Any]],
+    adjacency: list[dict[str, dict[str, Any]]],
+    link: TransferModel,
+    recorded_times: bool = False,
+    coplace_gradients: bool = False,
+) -> IndexedGraph:
+    """:func:`index_graph` of a cost graph given as tables, not built with networkx: op ``i`` is
+    ``names[i]`` with the attributes ``ops[i]`` and the edges ``adjacency[i]`` (successor name ->
+    edge attributes, in the graph's edge order); edge times on ``link``, or the recorded
+    ``transfer_time`` with ``recorded_times``. Call it with the garbage collector paused."""
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
-    ops = [attrs for _, attrs in graph.nodes(data=True)]
     compute, persistent, temporary, output_sizes, keys, kinds, aliased, gradient_of = _rows_to_columns(
         map(_op_row, ops), 8
     )
@@ -145,7 +165,6 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
         keys = coplaced_group_keys(keys, forward, kinds)
         follower = np.array([f is not None for f in forward], dtype=bool)
     group, group_members = _colocation_groups(keys)
-    adjacency = [successors for _, successors in graph.adjacency()]
     outdegree = np.fromiter(map(len, adjacency), dtype=np.int64, count=n)
     edges = [attrs for successors in adjacency for attrs in successors.values()]
     dst = np.fromiter(
@@ -153,7 +172,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
     )
     nbytes, slots, control, recorded = _rows_to_columns(map(_edge_row, edges), 4)
     transfer_counts = _transfer_counts(recorded, nbytes, slots, control)
-    if link is None:
+    if recorded_times:
         times = list(map(itemgetter("transfer_time"), edges))
     else:
         size = np.asarray(nbytes, dtype=float)
@@ -184,7 +203,7 @@ def _index(graph: nx.DiGraph, link: TransferModel | None, coplace_gradients: boo
         pred_position=_split(position[by_dst].tolist(), pred_bounds),
         group=group,
         group_members=group_members,
-        link=link if link is not None else _graph_link(graph),
+        link=link,
         follower=follower,
     )
 

@@ -102,7 +102,8 @@ def place_cost_graph(
             raise ValueError(f"placer {placer!r} splits ops and needs the cost graph, not an indexed graph")
         if "coplace_gradients" in inspect.signature(function).parameters:  # it also places whole ops
             options["coplace_gradients"] = coplace_gradients
-        placement: Placement = function(graph, devices, simulate=simulate, **options)  # type: ignore[call-arg,arg-type,assignment]
+        with gc_paused():  # a split plan's expansion allocates millions of objects, no cycles
+            placement: Placement = function(graph, devices, simulate=simulate, **options)  # type: ignore[call-arg,arg-type,assignment]
         return placement
     return place_whole_ops(
         graph, devices, function, placer, simulate=simulate, coplace_gradients=coplace_gradients, **options

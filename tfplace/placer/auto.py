@@ -47,8 +47,11 @@ in the portfolio of small graphs: past it, that candidate is m-ETF's placement.
    returned as the split placer's :class:`~tfplace.core.placement.Placement` (its ``split_plan``:
    ``apply`` rewrites a graph into the pieces), named ``auto (<placer> split plan)``, unless the
    ``runnable`` check (TensorFlow's rewrite, when the caller has the graph) refuses it. These plans are
-   outside the budget: expanding a plan into pieces costs about as much as the whole search (4-10 s
-   on Inception V3, 30 s on the NMT, on a busy 2-core machine).
+   outside the budget, and made first: when the best of them that fits (and runs) is faster than
+   the graph's critical path of compute (``details["whole_op_bound"]``), no placement of whole ops
+   can rank better (each op runs whole after its inputs; transfers only add), so none is searched
+   (``whole_op_winner`` says so). That skips the portfolio's simulations where splitting wins by far
+   (Inception V3, Tensor Holography), with the same winner.
 
 ``details``: ``winner`` (the candidate placed, with ``+ n moves`` when local improvement changed
 it, or the split placer) and its ``tier``, ``candidates`` (each portfolio candidate's simulated step, peak memory per
@@ -72,9 +75,11 @@ import numpy as np
 
 from tfplace.core.costgraph import CostGraph
 from tfplace.core.devices import DeviceSet
-from tfplace.core.indexed import IndexedGraph
+from tfplace.core.indexed import IndexedGraph, index_graph
+from tfplace.core.orders import bottom_levels
 from tfplace.core.placement import Placement
 from tfplace.core.progress import Progress
+from tfplace.core.transfer import TransferModel
 from tfplace.placer import PLACERS, place_whole_ops, placer_function
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.ledger import MemoryLedger
@@ -106,6 +111,8 @@ BLOCKS_SEED = 1
 
 #: Split placers (:mod:`tfplace.placer.split_plans`) whose plans compete with the placements.
 SPLIT_CANDIDATES = ("data_parallel", "layerwise")
+#: Why the whole-op search is skipped when a split plan that fits beats its bound.
+WHOLE_OP_BOUND = "a split plan that fits is faster than the graph's critical path of compute"
 
 FITS, NO_MARGIN, OUT_OF_MEMORY = 0, 1, 2
 _TIERS = ("fits", "fits without the margin", "out of memory")
@@ -274,7 +281,8 @@ def auto(
         search = partial(
             whole_op_search, margin=margin, budget=budget, memory_model=memory_model, progress=progress
         )
-        whole = place_whole_ops(
+        place = partial(
+            place_whole_ops,
             graph,
             devices,
             search,
@@ -283,8 +291,17 @@ def auto(
             coplace_gradients=coplace_gradients,
         )
         if not splitting:
-            return whole
-        return _best_of(whole, _split_candidates(graph, devices, margin, progress), margin, start, runnable)
+            return place()
+        candidates = _split_candidates(graph, devices, margin, progress)
+        records = _split_records(candidates)
+        bound = _MemoryLimits(devices, margin).scored(WHOLE_OP_BOUND, _critical_path_seconds(graph), {})
+        winner = _first_runnable(candidates, bound, runnable, records)
+        if winner is not None:  # no placement of whole ops can rank better: none is searched
+            chosen = _split_winner(winner, None, records, start)
+        else:
+            chosen = _best_of(place(), candidates, records, margin, start, runnable)
+        chosen.details["whole_op_bound"] = bound.step_time
+        return chosen
 
 
 def _split_candidates(
@@ -303,9 +320,54 @@ def _split_candidates(
     return candidates  # type: ignore[return-value]
 
 
+def _split_records(candidates: list[tuple[Scored, Placement, Any]]) -> dict[str, dict[str, Any]]:
+    """Each split candidate's record for ``details["candidates"]``, by name."""
+    return {
+        scored.name: {
+            "name": scored.name,
+            "split": True,
+            "step_time": scored.step_time,
+            "peak_memory": {k: v for k, v in placement.split_plan.peak_memory.items() if v},
+            "tier": _TIERS[scored.tier],
+        }
+        for scored, placement, _ in candidates
+    }
+
+
+def _critical_path_seconds(graph: CostGraph) -> float:
+    """The longest chain of compute in ``graph``: no placement of whole ops takes a shorter step in
+    the simulator (each op runs whole, after its inputs; transfers only add)."""
+    free = TransferModel(0.0, 0.0, name="no transfers")
+    return float(bottom_levels(index_graph(graph, free)).max(initial=0.0))
+
+
+def _first_runnable(
+    candidates: list[tuple[Scored, Placement, Any]],
+    rival: Scored,
+    runnable: Callable[[SplitPlan], str | None] | None,
+    records: dict[str, dict[str, Any]],
+) -> tuple[Scored, Placement, Any] | None:
+    """The best ranked split candidate that ranks better than ``rival`` and that ``runnable`` does
+    not refuse (a refusal is kept in its record and not asked again); ``None`` when there is none."""
+    for candidate in sorted(
+        candidates, key=lambda candidate: candidate[0].rank
+    ):  # stable: ties keep the order
+        if candidate[0].rank >= rival.rank:
+            return None
+        record = records[candidate[0].name]
+        if "refused" not in record and runnable is not None:
+            refusal = runnable(candidate[1].split_plan)
+            if refusal is not None:
+                record["refused"] = refusal
+        if "refused" not in record:
+            return candidate
+    return None
+
+
 def _best_of(
     whole: Placement,
     splits: list[tuple[Scored, Placement, Any]],
+    records: dict[str, dict[str, Any]],
     margin: float,
     start: float,
     runnable: Callable[[SplitPlan], str | None] | None,
@@ -315,38 +377,38 @@ def _best_of(
     ``details["candidates"]`` and the time of the whole decision."""
     memory = _MemoryLimits(whole.devices, margin)
     assert whole.step_time is not None, "auto simulates its placement when split plans compete"
-    best = memory.scored("whole ops", whole.step_time, whole.peak_memory)
-    records = {
-        scored.name: {
-            "name": scored.name,
-            "split": True,
-            "step_time": scored.step_time,
-            "peak_memory": {k: v for k, v in placement.split_plan.peak_memory.items() if v},
-            "tier": _TIERS[scored.tier],
-        }
-        for scored, placement, _ in splits
-    }
-    winner = None
-    for candidate in sorted(splits, key=lambda candidate: candidate[0].rank):  # stable: ties keep the order
-        refusal = runnable(candidate[1].split_plan) if runnable and candidate[0].rank < best.rank else None
-        if refusal is None:
-            winner = candidate
-            break
-        records[candidate[0].name]["refused"] = refusal
-    details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records.values()]}
-    seconds = time.perf_counter() - start
-    if winner is None or winner[0].rank >= best.rank:
-        return replace(whole, details=details, placement_seconds=seconds)
+    winner = _first_runnable(
+        splits, memory.scored("whole ops", whole.step_time, whole.peak_memory), runnable, records
+    )
+    if winner is None:
+        details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records.values()]}
+        return replace(whole, details=details, placement_seconds=time.perf_counter() - start)
+    return _split_winner(winner, whole, records, start)
+
+
+def _split_winner(
+    winner: tuple[Scored, Placement, Any],
+    whole: Placement | None,
+    records: dict[str, dict[str, Any]],
+    start: float,
+) -> Placement:
+    """The split candidate ``winner`` as ``auto``'s placement, beside the whole-op placement
+    ``whole`` (``None``: not searched, as none could rank better than the critical path)."""
     scored, placement, result = winner
     name = f"auto ({scored.name} split plan)"
     plan = placement.split_plan
+    seconds = time.perf_counter() - start
     plan.placer, plan.search_seconds = name, seconds
-    details.update(
-        winner=scored.name,
-        tier=_TIERS[scored.tier],
-        whole_op_winner=whole.details.get("winner"),
-        whole_op_step_time=whole.step_time,
-    )
+    if whole is None:
+        details: dict[str, Any] = {
+            "candidates": list(records.values()),
+            "memory_model": "simulated",
+            "whole_op_winner": f"not searched: {WHOLE_OP_BOUND}",
+        }
+    else:
+        details = {**whole.details, "candidates": [*whole.details.get("candidates", ()), *records.values()]}
+        details.update(whole_op_winner=whole.details.get("winner"), whole_op_step_time=whole.step_time)
+    details.update(winner=scored.name, tier=_TIERS[scored.tier])
     details.pop("warning", None)
     if scored.tier == OUT_OF_MEMORY:
         details["warning"] = _out_of_memory_warning(scored)

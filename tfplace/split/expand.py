@@ -43,11 +43,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, edge_time, merge_dependencies
+from tfplace.core.indexed import IndexedGraph, gc_paused, index_tables
+from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
@@ -63,11 +67,34 @@ HALO_ROWS = 1
 
 @dataclass(frozen=True)
 class ExpandedPlan:
-    """The cost graph of pieces, each node's device, and the nodes each op of the plan became."""
+    """The pieces: their nodes (``pieces``, a cost graph without edges) and edges (``edges``,
+    ``(src, dst)`` -> attributes but ``transfer_time``), each node's device, and the nodes each op
+    of the plan became. :attr:`graph` is their cost graph, built when first read; simulating needs
+    only :meth:`indexed`, which networkx need not build."""
 
-    graph: CostGraph
+    pieces: CostGraph
+    edges: dict[tuple[str, str], dict[str, Any]]
     devices: dict[str, str]
     nodes_of: dict[str, tuple[str, ...]]
+
+    @cached_property
+    def graph(self) -> CostGraph:
+        """The cost graph of the pieces (``pieces`` with ``edges`` added, as
+        :meth:`~tfplace.core.costgraph.CostGraph.add_dependencies` adds them)."""
+        model = self.pieces.transfer_model
+        self.pieces.add_edges_from(
+            (src, dst, {**edge, "transfer_time": edge_time(edge, model)})
+            for (src, dst), edge in self.edges.items()
+        )
+        return self.pieces
+
+    def indexed(self, link: TransferModel) -> IndexedGraph:
+        """:func:`~tfplace.core.indexed.index_graph` of :attr:`graph` on ``link``, from the tables."""
+        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.pieces}
+        for (src, dst), edge in self.edges.items():
+            successors[src][dst] = edge
+        ops = [attrs for _, attrs in self.pieces.nodes(data=True)]
+        return index_tables(list(successors), ops, list(successors.values()), link)
 
 
 @dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
@@ -94,13 +121,18 @@ def simulate_plan(
     a device of speed 1, and every node on a device of speed ``s`` takes ``1/s`` of its time there
     (devices not named have speed 1).
     """
-    expanded = expand_plan(graph, plan)
-    for node, device in expanded.devices.items():
-        speed = (speeds or {}).get(device, 1.0)
-        if speed <= 0:
-            raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
-        expanded.graph.nodes[node]["compute_time"] /= speed
-    result = simulate(expanded.graph, expanded.devices, plan.devices, **options)
+    with gc_paused():  # the pieces are millions of small objects and no reference cycles
+        expanded = expand_plan(graph, plan)
+        if speeds:
+            for node, device in expanded.devices.items():
+                speed = speeds.get(device, 1.0)
+                if speed <= 0:
+                    raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
+                expanded.pieces.nodes[node]["compute_time"] /= speed
+        indexed = expanded.indexed(plan.devices.typical_link)
+        number = {name: plan.devices.index(name) for name in set(expanded.devices.values())}
+        placed = np.array([number[expanded.devices[name]] for name in indexed.names], dtype=np.int64)
+        result = simulate(indexed, placed, plan.devices, **options)
     names = [d.name for d in plan.devices.all_devices]
     plan.step_time = float(result.makespan)
     plan.peak_memory = {names[d]: int(p) for d, p in enumerate(result.peak_memory) if p}
@@ -120,6 +152,8 @@ class _Expander:
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
         self.copy = copy_cost(graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
+        self.edges: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes in ``out``, by name
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -127,15 +161,17 @@ class _Expander:
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
-        self.out.add_dependencies(self.dependencies)
+        nodes = self.nodes
+        self.edges = merge_dependencies(self.dependencies, lambda op: nodes[op]["output_sizes"])
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
-        return ExpandedPlan(self.out, self.devices, nodes_of)
+        return ExpandedPlan(self.out, self.edges, self.devices, nodes_of)
 
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
         self.out.add_op(name, **attrs)
+        self.nodes[name] = self.out.nodes[name]
         self.devices[name] = device
 
     def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
@@ -145,9 +181,10 @@ class _Expander:
         if like is None:
             self.out.add_op(name, **attrs)
         else:
-            copied = {**self.out.nodes[like], **attrs}
+            copied = {**self.nodes[like], **attrs}
             copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
             self.out.add_node(name, **copied)
+        self.nodes[name] = self.out.nodes[name]
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
@@ -226,7 +263,8 @@ class _Expander:
         nbytes: int | None = None,
         control: bool = False,
     ) -> None:
-        """An edge of the pieces, added with all the others at the end (:meth:`CostGraph.add_dependencies`)."""
+        """An edge of the pieces, merged with all the others at the end
+        (:func:`~tfplace.core.costgraph.merge_dependencies`)."""
         self.dependencies.append((src, dst, slots, nbytes, control))
 
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
@@ -275,42 +313,40 @@ class _Expander:
         sources = self.pieces[u]
         rule = self.rules[u]
         written = rule.write(slot) if rule is not None else REPLICATED
-        if written == PARTIAL and layout == PARTIAL:
+        summed = written == PARTIAL  # the layouts are compared once each: dataclass equality is slow
+        if layout == PARTIAL:
             index = self.pieces[self._op_of(target.node)].index(target)
-            if self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
+            if summed and self.plan.splits[u].devices == self.plan.splits[self._op_of(target.node)].devices:
                 self._depend(sources[index].node, target.node, slots=(slot,))
                 return
-        if layout == PARTIAL:  # a summand: the whole tensor for the first piece, zeros for the others
-            index = self.pieces[self._op_of(target.node)].index(target)
-            layout = REPLICATED
+            layout = REPLICATED  # a summand: the whole tensor for the first piece, zeros for the others
             if index > 0:
                 return
-        if written == PARTIAL:
+        if summed:
             sources = [self._summed(u, slot, target, replicas)]
             slot, written = 0, REPLICATED
-        if written == REPLICATED:
+        from_whole = written == REPLICATED
+        if from_whole:
             sources = [s for s in sources if s.device == target.device][:1] or sources[:1]
-        size = self._size(sources[0].node if written == REPLICATED else u, slot)
+        size = self._size(sources[0].node if from_whole else u, slot)
         if layout == REPLICATED:
             whole = [(s.node, slot, self._size(s.node, slot)) for s in sources]
             self._join(u, slot, target, layout, whole)
             return
         arrivals: list[tuple[str, int, int]] = []
         for source in sources:
-            if written == REPLICATED:
+            if from_whole:
                 overlap = target.hi - target.lo
             elif written.axis == layout.axis:
                 overlap = max(0.0, min(source.hi, target.hi) - max(source.lo, target.lo))
             else:
                 overlap = (source.hi - source.lo) * (target.hi - target.lo)
-            whole_piece = written != REPLICATED and abs(overlap - (source.hi - source.lo)) < 1e-9
+            whole_piece = not from_whole and abs(overlap - (source.hi - source.lo)) < 1e-9
             if overlap > 0 and (source.device == target.device or whole_piece):
                 arrivals.append((source.node, slot, round(size * overlap)))
             elif overlap > 0:
                 halo_rows = (
-                    2 * self._halo_bytes(u, slot, layout)
-                    if layout.kind == "halo" and written == REPLICATED
-                    else 0
+                    2 * self._halo_bytes(u, slot, layout) if layout.kind == "halo" and from_whole else 0
                 )
                 nbytes = round(size * overlap) + halo_rows
                 what = (layout.axis, target.lo, target.hi)
@@ -439,12 +475,13 @@ class _Expander:
                     )
                     for result in results:
                         self._depend(gathered, result, slots=(0,))
-                        self.out.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
+                        self.nodes[result].update(compute_time=0.0, aliased_outputs=((0, gathered, 0),))
                 for part_node in reduced:
                     self._depend(part_node, gathered, slots=(0,))
 
     def _size(self, node: str, slot: int) -> int:
-        sizes = (self.out.nodes[node] if node in self.out else self.graph.nodes[node])["output_sizes"]
+        attrs = self.nodes.get(node)
+        sizes = (attrs if attrs is not None else self.graph.nodes[node])["output_sizes"]
         return int(sizes[slot]) if slot < len(sizes) else 0
 
     def _halo_bytes(self, u: str, slot: int, layout: Layout) -> int:
@@ -471,7 +508,7 @@ class _Expander:
             kept = []
             for slot, producer, producer_slot in aliases:
                 local = [p.node for p in self.pieces.get(producer, []) if p.device == piece.device]
-                edge = self.out.get_edge_data(local[0], piece.node) if local else None
+                edge = self.edges.get((local[0], piece.node)) if local else None
                 if edge is not None and producer_slot in edge["slots"]:
                     kept.append((slot, local[0], producer_slot))
-            self.out.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))
+            self.nodes[piece.node]["aliased_outputs"] = tuple(sorted(kept))

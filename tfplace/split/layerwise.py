@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import networkx as nx
 import numpy as np
@@ -359,15 +360,25 @@ def search_plan(
     bucket_bytes: int | None = DEFAULT_BUCKET_BYTES,
     spread: str = "recursive",
     all_devices_only: bool = False,
+    parallel: SplitPlan | None = None,
 ) -> SplitPlan:
     """The plan of OptCNN's Algorithm 1 over the coarse layers (module docstring), not yet simulated.
 
     ``spread`` chooses the blocks of :func:`device_blocks`; ``all_devices_only`` offers each layer
-    only configurations over all devices (the memory fallback of :func:`layerwise_plan`).
+    only configurations over all devices (the memory fallback of :func:`layerwise_plan`);
+    ``parallel`` is :func:`~tfplace.split.data_parallel.data_parallel_plan` of the same arguments
+    when the caller has made it already (it is not changed).
     """
     names = tuple(devices.names)
-    plan = data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes)
-    plan.placer = "layerwise"
+    if parallel is None:
+        parallel = data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes)
+    plan = SplitPlan(
+        dict(parallel.splits),
+        devices,
+        placer="layerwise",
+        batch_size=parallel.batch_size,
+        bucket_bytes=parallel.bucket_bytes,
+    )
     if len(names) == 1:
         return plan
     speed_of = dict(zip(names, speeds)) if speeds is not None else {}
@@ -545,16 +556,24 @@ def layerwise_plan(
     names = tuple(devices.names)
     by_name = dict(zip(names, speeds)) if speeds is not None else {}
     memory = {d.name: devices.memory_of(i) for i, d in enumerate(devices.all_devices)}
-    searched = search_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes, spread=spread)
+    parallel = data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes)
+    search = partial(
+        search_plan,
+        graph,
+        devices,
+        speeds=speeds,
+        bucket_bytes=bucket_bytes,
+        spread=spread,
+        parallel=parallel,
+    )
+    searched = search()
     simulate_plan(graph, searched, speeds=by_name)
     if not _fits(searched, memory) and len(names) > 1:
-        searched = search_plan(
-            graph, devices, speeds=speeds, bucket_bytes=bucket_bytes, spread=spread, all_devices_only=True
-        )
+        searched = search(all_devices_only=True)
         simulate_plan(graph, searched, speeds=by_name)
     candidates = [
         searched,
-        data_parallel_plan(graph, devices, speeds=speeds, bucket_bytes=bucket_bytes),
+        parallel,
         SplitPlan({op: OpSplit.whole(names[0]) for op in graph}, devices, placer="single"),
         *(SplitPlan.from_placement(p) for p in placements),
     ]
