@@ -8,7 +8,7 @@ from helpers import small_cnn_graph
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
 from tfplace.simulator import simulate, to_chrome_trace
-from tfplace.split.costs import PIECE_OVERHEAD, piece_time
+from tfplace.split.costs import PIECE_OVERHEAD, piece_time, scaling_of
 from tfplace.split.expand import expand_plan, simulate_plan
 from tfplace.split.plan import OpSplit, SplitPlan
 
@@ -102,6 +102,17 @@ def test_a_batch_piece_costs_what_the_regression_predicts_at_its_batch():
     attrs = {"compute_time": 2.0, "batch_costs": {"time": ["line", 1.0, 4.0]}}
     # the fitted line gives 4 + 64 = 68 at batch 64 and 4 + 16 = 20 at 16: the piece is 20/68 of 2 s
     assert piece_time(attrs, "batch", 0.25, 64) == pytest.approx(2.0 * 20 / 68)
+
+
+def test_a_graph_converted_to_another_device_costs_batch_pieces_by_their_share_not_the_profiles_curve():
+    # the regression's curve (fitted on the profiling CPU) says nothing of a V100's roofline times
+    attrs = {"compute_time": 2.0, "batch_costs": {"time": ["line", 1.0, 4.0]}}
+    batch, block = scaling_of({"batch_size": 64, "device_model": "V100-32GB"})
+    assert batch is None and block == 1
+    assert piece_time(attrs, "batch", 0.25, batch, block) == pytest.approx(
+        PIECE_OVERHEAD + 0.25 * (2 - PIECE_OVERHEAD)
+    )
+    assert scaling_of({"batch_size": 64, "channel_block": 16}) == (64, 16)
 
 
 def test_other_splits_divide_all_but_the_ops_fixed_overhead():

@@ -2,11 +2,14 @@
 
 The time model, per dimension:
 
-* **batch**, on a cost graph with the regression's coefficients (``batch_costs``, schema 3): the op's
-  ``compute_time`` scaled by ``f(share * B) / f(B)``, where ``f`` is the op's fitted time model
-  (Celeritas section 4.2.1: a line or a power law of the batch size) and ``B`` the graph's batch
-  size. The ratio carries the fixed cost the regression found (a kernel's launch, an overhead that
-  does not shrink with the batch) over to the piece, on whatever device ``compute_time`` is for.
+* **batch**, on a cost graph with the regression's coefficients (``batch_costs``, schema 3) whose
+  times are the profiling device's own: the op's ``compute_time`` scaled by ``f(share * B) / f(B)``,
+  where ``f`` is the op's fitted time model (Celeritas section 4.2.1: a line or a power law of the
+  batch size) and ``B`` the graph's batch size. The ratio carries the fixed cost the regression found
+  (a kernel's launch, an overhead that does not shrink with the batch) over to the piece. A graph
+  converted to another device (``device_model``, :func:`tfplace.core.device_model.convert_graph`)
+  has roofline times, linear in the work, and a CPU's fixed costs would not carry over: its pieces
+  are costed as every other case below (:func:`scaling_of`).
 * **channel**, on a graph whose profiling device computes channels in blocks (``channel_block``, a
   graph attribute: a CPU's float32 SIMD lanes, 16 with AVX-512, for oneDNN's blocked layouts
   ``nChw16c``): the piece costs what its blocks cost, ``t0 + (t - t0) * ceil(c/b) / ceil(C/b)`` for
@@ -28,11 +31,21 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PIECE_OVERHEAD", "piece_time", "time_at_batch"]
+from tfplace.core.costgraph import CHANNEL_BLOCK
+
+__all__ = ["PIECE_OVERHEAD", "piece_time", "scaling_of", "time_at_batch"]
 
 PIECE_OVERHEAD = 8e-6
 """Seconds of an op's time that a split does not divide: a kernel's launch on a V100
 (:attr:`tfplace.core.device_model.DeviceModel.launch_overhead`)."""
+
+
+def scaling_of(graph_attrs: Mapping[str, Any]) -> tuple[int | None, int]:
+    """``(batch_size, channel_block)`` for :func:`piece_time` from a cost graph's attributes: the
+    batch size only when its times are the profiling device's (no ``device_model`` conversion), so
+    that the regression's curve describes them; the channel block (1: channels in proportion)."""
+    batch = None if graph_attrs.get("device_model") else graph_attrs.get("batch_size")
+    return batch, int(graph_attrs.get(CHANNEL_BLOCK, 1))
 
 
 def time_at_batch(batch_costs: Mapping[str, Any], batch: float) -> float:

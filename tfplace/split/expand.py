@@ -49,13 +49,13 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, edge_time, merge_dependencies
+from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies
 from tfplace.core.indexed import IndexedGraph, gc_paused, index_tables
 from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
-from tfplace.split.costs import piece_time
+from tfplace.split.costs import piece_time, scaling_of
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import FED_WHOLE, PARTIAL, REPLICA, REPLICATED, SHAPE_INPUT, SHAPE_OPS, Layout
 
@@ -215,7 +215,7 @@ class _Expander:
             self.pieces[op] = pieces
             return
         whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
-        batch, block = self.graph.graph.get("batch_size"), self.graph.graph.get(CHANNEL_BLOCK, 1)
+        batch, block = scaling_of(self.graph.graph)
         lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
             name = f"{op}#p{i}"

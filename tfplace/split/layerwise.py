@@ -44,12 +44,11 @@ from functools import partial
 import networkx as nx
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement
 from tfplace.split.buckets import DEFAULT_BUCKET_BYTES
 from tfplace.split.coarsen import layer_groups, weight_groups
-from tfplace.split.costs import piece_time
+from tfplace.split.costs import piece_time, scaling_of
 from tfplace.split.data_parallel import data_parallel_plan
 from tfplace.split.elimination import Problem, solve
 from tfplace.split.expand import simulate_plan
@@ -174,7 +173,7 @@ class _Pricer:
 
     def compute(self, ops: Iterable[str], splits: Mapping[str, OpSplit]) -> float:
         """The ops' slowest pieces, one after the other."""
-        batch, block = self.graph.graph.get("batch_size"), self.graph.graph.get(CHANNEL_BLOCK, 1)
+        batch, block = scaling_of(self.graph.graph)
         seconds = 0.0
         for op in ops:
             split, attrs = splits[op], self.graph.nodes[op]
@@ -523,7 +522,7 @@ def _fits(plan: SplitPlan, memory: Mapping[str, int]) -> bool:
 def _busiest_device_seconds(graph: nx.DiGraph, plan: SplitPlan, speeds: Mapping[str, float]) -> float:
     """A lower bound of ``plan``'s step time: the compute of its busiest device, without waiting or
     transfers (the simulator runs one op at a time per device)."""
-    batch, block = graph.graph.get("batch_size"), graph.graph.get(CHANNEL_BLOCK, 1)
+    batch, block = scaling_of(graph.graph)
     busy: dict[str, float] = {}
     for op, split in plan.splits.items():
         for device, share in zip(split.devices, split.shares):
