@@ -79,9 +79,6 @@ flags.DEFINE_integer(
     "to run inline, so that the timed steps are the steady state a training job runs in.",
 )
 flags.DEFINE_float("warmup_seconds", 10.0, "Seconds of warm-up per session at most (at least 3 steps).")
-flags.DEFINE_integer(
-    "repeats", 3, "split_fidelity.py: runs per plan, taken in turns across the plans (run_once)."
-)
 flags.DEFINE_float(
     "max_load", 1.0, "Wait before each model (run_once: run) until the 1-minute load average is below this."
 )

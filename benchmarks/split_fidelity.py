@@ -25,6 +25,7 @@ from absl import app, flags, logging
 from benchmarks.fidelity import FLAGS, load, profiled_model, run_once, wait_for_quiet, write_rows
 
 flags.DEFINE_integer("calibration_repeats", 10, "Timed steps per size when calibrating the loopback link.")
+flags.DEFINE_integer("repeats", 3, "Runs per plan, taken in turns across the plans (run_once).")
 flags.DEFINE_enum(
     "statistic",
     "min",
