@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfplace.split.plan import OpSplit
+from tfplace.core.devices import DeviceSet
+from tfplace.split.expand import simulate_plan
+from tfplace.split.plan import OpSplit, SplitPlan
 from tfplace.split.rules import BATCH, CHANNEL, HEIGHT, WIDTH
 from tfplace.tf_graph.cluster import LocalCluster
+from tfplace.tf_graph.importer import import_graph
 from tfplace.tf_graph.session import virtual_cpu_config
 from tfplace.tf_graph.split_check import compare_split
 from tfplace.tf_graph.split_rewrite import apply_split_plan, rewrite_graph_def, uniform_plan
@@ -182,7 +185,7 @@ def test_a_bad_plan_is_refused_naming_the_op_and_the_graph_is_untouched(
     assert graph.as_graph_def() == before
 
 
-def test_batch_norm_in_training_runs_whole_and_the_step_stays_exact() -> None:
+def test_batch_norm_in_training_stays_whole_alike_in_the_plan_the_simulator_and_the_rewrite() -> None:
     tf.compat.v1.disable_eager_execution()
     graph = tf.Graph()
     with graph.as_default():
@@ -191,18 +194,25 @@ def test_batch_norm_in_training_runs_whole_and_the_step_stays_exact() -> None:
         y, *_ = tf.compat.v1.nn.fused_batch_norm(x, scale, tf.zeros([3]), is_training=True)
         loss = tf.reduce_sum(tf.square(tf.nn.relu(y)), name="loss")
         tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
+    batch_norms = ["FusedBatchNormV3", "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3"]
     plan = uniform_plan(graph, TWO_CPUS, BATCH)
-    batch_norms = {"FusedBatchNormV3", "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3"}
-    assert all(plan.splits[op].degree == 1 for op in batch_norms)  # a forced plan keeps them whole
-    for op in batch_norms:
-        plan.splits[op] = OpSplit(tuple(TWO_CPUS), BATCH)  # a plan that splits them runs them whole
+    assert plan.splits["Relu"].degree == 2  # the ops around them split on the batch
+    assert all(plan.splits[op].degree == 1 for op in batch_norms)
+    # the simulator runs them whole on one device too: the imported graph records is_training
+    cost_graph = import_graph(graph, "train").cost_graph
+    assert all(cost_graph.nodes[op]["attrs"]["is_training"] for op in batch_norms)
+    in_step = SplitPlan({op: plan.splits[op] for op in cost_graph}, DeviceSet.parse(TWO_CPUS, "1GB"))
+    _, expanded = simulate_plan(cost_graph, in_step)
+    assert all(expanded.nodes_of[op] == (op,) for op in batch_norms)
     feeds = {"x:0": np.random.default_rng(3).standard_normal((4, 5, 5, 3)).astype(np.float32)}
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
-    assert set(check.kept_whole) == {
-        "FusedBatchNormV3",
-        "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3",
-    }
     assert check.max_deviation < TOLERANCE, check.worst
+    for op in batch_norms:  # a plan that splits one on the batch is refused by both
+        forced = {**in_step.splits, op: OpSplit(tuple(TWO_CPUS), BATCH)}
+        with pytest.raises(ValueError, match=f"op '{op}'.*cannot split along 'batch'"):
+            apply_split_plan(SplitPlan(forced, DeviceSet.parse(TWO_CPUS, "1GB")), graph)
+        with pytest.raises(ValueError, match="batch"):
+            SplitPlan(forced, DeviceSet.parse(TWO_CPUS, "1GB")).validate(cost_graph)
 
 
 def test_a_batch_split_trains_alike_on_two_loopback_workers() -> None:

@@ -8,6 +8,7 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.split import split_coverage
 from tfplace.split.rules import (
     BATCH,
+    CHANNEL,
     HEIGHT,
     PARTIAL,
     REDUCTION,
@@ -61,6 +62,13 @@ def test_elementwise_ops_need_no_attributes_and_read_every_input_alike():
     rule = op_rules("AddN", None)[BATCH]
     assert rule.read(0) == rule.read(7) == sharded(0)
     assert set(op_rules("ReluGrad")) == {BATCH}
+
+
+@pytest.mark.parametrize("op_type", ["FusedBatchNormV3", "FusedBatchNormGradV3", "FusedBatchNorm"])
+def test_batch_norm_in_training_splits_on_channels_only_in_inference_also_on_the_batch(op_type):
+    # training statistics are the whole batch's: batch pieces would normalize by their own
+    assert set(op_rules(op_type, {**NHWC, "is_training": True})) == {CHANNEL}
+    assert set(op_rules(op_type, {**NHWC, "is_training": False})) == {BATCH, CHANNEL}
 
 
 def test_unknown_op_types_stay_whole():

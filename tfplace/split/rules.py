@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "BATCH",
+    "BATCH_NORMS",
     "CHANNEL",
     "DIMENSIONS",
     "FED_WHOLE",
@@ -56,6 +57,9 @@ __all__ = [
 BATCH, CHANNEL, HEIGHT, WIDTH, REDUCTION = "batch", "channel", "height", "width", "reduction"
 DIMENSIONS = (BATCH, CHANNEL, HEIGHT, WIDTH, REDUCTION)
 """The named dimensions an op may split along (OptCNN Table 1 plus Tofu's reduction splits)."""
+
+BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
+"""Batch norm and its gradient: in training mode (``is_training``) over the whole batch's statistics."""
 
 
 @dataclass(frozen=True)
@@ -251,8 +255,11 @@ RULES: dict[str, dict[str, SplitRule]] = {
         WIDTH: _rule((R, halo(2)), (S2,), **_NHWC),
         CHANNEL: _rule((R, SL), (SL,), **_NHWC),
     },
-    # Training batch norm split on the batch sums per-channel statistics over the pieces
-    # (synchronized batch norm), so that the pieces compute what the whole op computes.
+    # Batch norm normalizes each channel on its own: a channel piece computes its channels exactly.
+    # In inference mode a batch piece normalizes its examples with the moving statistics it reads
+    # (outputs 1 and 2 pass them on). In training mode (``is_training``, the variant below) the
+    # statistics are the whole batch's, which batch pieces would not see: it splits on channels only
+    # (graphs that do not record ``is_training``, annotated before it was, keep the batch rule).
     "FusedBatchNormV3": {
         BATCH: _rule((S0, R), (S0, P), **_NHWC),
         CHANNEL: _rule((SL, S0), (SL, S0), **_NHWC),
@@ -306,8 +313,10 @@ for _type in _ELEMENTWISE_TYPES:
 for _type in _LINEAR_TYPES:
     RULES[_type] = {**RULES[_type], REDUCTION: _rule((P,), (P,))}
 RULES["BatchMatMulV3"] = RULES["BatchMatMul"] = RULES["BatchMatMulV2"]
-RULES["FusedBatchNorm"] = RULES["FusedBatchNormV3"]
-RULES["FusedBatchNormGrad"] = RULES["FusedBatchNormGradV3"]
+for _type in BATCH_NORMS:
+    _base = "FusedBatchNormGradV3" if "Grad" in _type else "FusedBatchNormV3"
+    RULES[_type] = RULES[_base]
+    RULES[f"{_type}/is_training"] = {CHANNEL: RULES[_base][CHANNEL]}
 
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 """Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in
@@ -350,9 +359,9 @@ def can_replicate(op_type: str) -> bool:
     return op_type not in UNREPLICABLE
 
 
-_VARIANT_ATTRS = {"MatMul": ("transpose_a", "transpose_b")}
+_VARIANT_ATTRS = {"MatMul": ("transpose_a", "transpose_b"), **dict.fromkeys(BATCH_NORMS, ("is_training",))}
 """Op types whose rules differ by attribute: ``"MatMul/transpose_a"`` holds ``MatMul``'s rules
-when ``transpose_a`` is set."""
+when ``transpose_a`` is set, ``"FusedBatchNormV3/is_training"`` a training batch norm's."""
 
 
 def op_rules(op_type: str, attrs: Mapping[str, Any] | None = None) -> dict[str, SplitRule]:

@@ -3,8 +3,9 @@
 :func:`refusal` says, in one line, why the rewrite cannot run an op as a plan splits it (a
 dimension its rules do not allow, a degree above the dimension's size, a device without a kernel,
 an op inside a legacy ``while`` frame, ...); :func:`keeps_whole` says why a split op runs whole on
-its first piece's device instead (batch norm's training statistics, a fed placeholder, a resource
-variable's read).
+its first piece's device instead (a fed placeholder, a resource variable's read). Batch norm in
+training mode never splits on the batch: its rules (:data:`tfplace.split.rules.BATCH_NORMS`) have
+no batch rule then, so :func:`refusal` refuses such a plan as the plan's validation does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from tfplace.core.devices import DeviceName
 from tfplace.split.plan import OpSplit
 from tfplace.split.rules import (
-    BATCH,
     FED_WHOLE,
     HEIGHT,
     REDUCTION,
@@ -44,9 +44,8 @@ from tfplace.tf_graph.split_windows import (
     window,
 )
 
-__all__ = ["BATCH_NORMS", "FRAME_TYPES", "frame_ops", "keeps_whole", "refusal", "sums_partials"]
+__all__ = ["FRAME_TYPES", "frame_ops", "keeps_whole", "refusal", "sums_partials"]
 
-BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3"})
 FRAME_TYPES = frozenset({"Enter", "RefEnter"})
 
 
@@ -157,8 +156,6 @@ def sums_partials(op: Any, rule: SplitRule) -> bool:
 
 def keeps_whole(op: Any, split: OpSplit) -> str | None:
     """Why the rewrite runs a split op whole on its first device, or ``None`` when it splits it."""
-    if op.type in BATCH_NORMS and split.dimension == BATCH and op.get_attr("is_training"):
-        return "batch norm in training mode: statistics over the whole batch"
     if split.dimension == REDUCTION and sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
         return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
     if op.type in FED_WHOLE:

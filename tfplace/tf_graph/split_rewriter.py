@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfplace.split.plan import OpSplit, SplitPlan
-from tfplace.split.rules import HEIGHT, REDUCTION, SHAPE_INPUT, SHAPE_OPS, SplitRule
+from tfplace.split.rules import BATCH_NORMS, HEIGHT, REDUCTION, SHAPE_INPUT, SHAPE_OPS, SplitRule
 from tfplace.tf_graph.split_layouts import (
     axis_of,
     dimension,
@@ -22,7 +22,6 @@ from tfplace.tf_graph.split_layouts import (
 )
 from tfplace.tf_graph.split_nodes import NodeBuilder
 from tfplace.tf_graph.split_pieces import finish_piece, gather_shard_ids, spatial_inputs
-from tfplace.tf_graph.split_refusal import BATCH_NORMS
 from tfplace.tf_graph.split_windows import SPATIAL
 
 __all__ = ["Rewriter", "SplitRewrite"]
