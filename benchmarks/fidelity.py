@@ -63,7 +63,7 @@ flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "incepti
 flags.DEFINE_list("kinds", ["virtual", "loopback"], "CPU device kinds (tfplace.core.device_model.CPU_KINDS).")
 flags.DEFINE_list("placements", ["single", "dfs_topo", "auto"], "Placers (tfplace.placer.PLACERS).")
 flags.DEFINE_integer("devices", 2, "Devices of each kind: virtual CPUs, or loopback workers.")
-flags.DEFINE_integer("steps", 10, "Timed steps per session at least (run_once: per run).")
+flags.DEFINE_integer("steps", 10, "Timed steps per session at least.")
 flags.DEFINE_float(
     "timed_seconds",
     2.0,
@@ -74,14 +74,12 @@ flags.DEFINE_integer("max_steps", 1000, "Timed steps per session at most.")
 flags.DEFINE_integer(
     "warmup_steps",
     100,
-    "Steps dropped at the start of each session (run_once: each run), at most --warmup_seconds "
+    "Steps dropped at the start of each session, at most --warmup_seconds "
     "long: past the ~90 steps TensorFlow's executor takes to learn which kernels are cheap enough "
     "to run inline, so that the timed steps are the steady state a training job runs in.",
 )
 flags.DEFINE_float("warmup_seconds", 10.0, "Seconds of warm-up per session at most (at least 3 steps).")
-flags.DEFINE_float(
-    "max_load", 1.0, "Wait before each model (run_once: run) until the 1-minute load average is below this."
-)
+flags.DEFINE_float("max_load", 1.0, "Wait before each model until the 1-minute load average is below this.")
 flags.DEFINE_float("max_wait", 60.0, "Seconds to wait for a low load before measuring anyway.")
 flags.DEFINE_string(
     "calibration",
@@ -248,37 +246,6 @@ def allocation_changes(graph, run_metadata) -> dict[Any, list[tuple[int, int]]]:
         freed = max([end] + [ends.get((device, c), 0) for c in consumers])
         changes.setdefault(device, []).extend([(start, nbytes), (freed, -nbytes)])
     return changes
-
-
-def run_once(spec, batch: int, placement, kind: str, cluster, calibration, loads: list[str]):
-    """One run of ``placement`` once the machine is quiet; its load before and after goes to ``loads``."""
-    from tfplace.estimator.calibration import profiled_run_config
-    from tfplace.runner import run_placement
-
-    wait_for_quiet()
-    before = load()
-    if kind == "virtual":
-        config = profiled_run_config(FLAGS.devices, calibration.process("virtual").threads)
-    else:
-        config = profiled_run_config()
-        config.ClearField("device_count")
-    report = run_placement(
-        spec.graph,
-        placement,
-        spec.train_op,
-        spec.feed_fn,
-        batch_size=batch,
-        steps=FLAGS.steps,
-        warmup_steps=FLAGS.warmup_steps,
-        cluster=cluster if kind == "loopback" else None,
-        init_op=spec.init_op,
-        config=config,
-        progress=False,
-    )
-    if report.mismatches:
-        logging.warning("%s: %d ops ran elsewhere than placed", placement.placer, len(report.mismatches))
-    loads.append(f"{before} -> {load()}")
-    return report
 
 
 def profiled_model(name: str) -> tuple[Any, int, Any]:
