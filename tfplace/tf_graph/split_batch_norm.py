@@ -7,8 +7,8 @@ batch norm of synchronized data parallelism), computed as the fused kernel compu
 
 * forward: each piece sums its rows per channel; the first device adds the sums into the mean; each
   piece sums its squared deviations from that mean; the first device adds them into the (biased)
-  variance; each piece then normalizes its rows with the combined moments (the same op in inference
-  mode). The op's other outputs are whole on the first device: the batch mean and the
+  variance; each piece then normalizes its rows with the combined moments,
+  ``(x - mean) * scale / sqrt(var + eps) + offset`` as the fused kernel does. The op's other outputs are whole on the first device: the batch mean and the
   Bessel-corrected variance (blended with the running statistics when ``exponential_avg_factor`` is
   not 1), and the mean and biased variance as the reserve spaces a CPU kernel saves for the gradient;
 * gradient (``offset' = sum(dy)``, ``scale' = sum(dy * x_hat)``,
@@ -115,17 +115,25 @@ class _Builder:
         )
         return self.binary("Mul", added, self.scalar(scale, first), first)
 
-    def moments(self, rows: Sequence[str]) -> Moments:
-        """The two-pass mean and biased variance of the pieces' ``rows`` (statistics type)."""
+    def moments(self, rows: Sequence[str]) -> tuple[Moments, list[str]]:
+        """The two-pass mean and biased variance of the pieces' ``rows`` (statistics type), and each
+        piece's rows less the mean."""
         sums = [self.channel_sum(x, d) for x, d in zip(rows, self.devices)]
         mean = self.total(sums, 1.0 / self.count)
-        squares = []
-        for x, device in zip(rows, self.devices):
-            centered = self.binary("Sub", x, mean, device)
-            squares.append(
-                self.channel_sum(self.node("Square", [centered], device, T=self.statistics_type()), device)
-            )
-        return mean, self.total(squares, 1.0 / self.count)
+        centered = [self.binary("Sub", x, mean, d) for x, d in zip(rows, self.devices)]
+        squares = [
+            self.channel_sum(self.node("Square", [c], d, T=self.statistics_type()), d)
+            for c, d in zip(centered, self.devices)
+        ]
+        return (mean, self.total(squares, 1.0 / self.count)), centered
+
+    def inverse_deviation(self, variance: str) -> str:
+        """``1 / sqrt(variance + epsilon)`` on the first device."""
+        first = self.devices[0]
+        epsilon = self.scalar(self.op.get_attr("epsilon"), first)
+        return self.node(
+            "Rsqrt", [self.binary("AddV2", variance, epsilon, first)], first, T=self.statistics_type()
+        )
 
     def statistics_type(self) -> Any:
         return self.rw.dtype(self.u_type.as_datatype_enum)
@@ -145,22 +153,15 @@ def synchronized_batch_norm(
     build = _Builder(rw, op, devices)
     first = devices[0]
     rows = _rows(rw, op, 0, ranges, devices)
-    mean, variance = build.moments([build.to_statistics_type(x, d) for x, d in zip(rows, devices)])
+    (mean, variance), centered = build.moments(
+        [build.to_statistics_type(x, d) for x, d in zip(rows, devices)]
+    )
+    coefficient = build.binary("Mul", rw.whole(op.inputs[1], first), build.inverse_deviation(variance), first)
     normalized = []
-    for index, (x, device) in enumerate(zip(rows, devices)):
-        node = type(op.node_def)()
-        node.CopyFrom(op.node_def)
-        node.name = rw.unique(f"{op.name}/piece{index}")
-        node.device = device
-        for attr in ("_class", "_output_shapes"):
-            if attr in node.attr:
-                del node.attr[attr]
-        node.attr["is_training"].b = False
-        if "exponential_avg_factor" in node.attr:
-            node.attr["exponential_avg_factor"].f = 1.0
-        del node.input[:]
-        node.input.extend([x, rw.whole(op.inputs[1], device), rw.whole(op.inputs[2], device), mean, variance])
-        normalized.append(rw.emit(node))
+    for rows_less_mean, device in zip(centered, devices):
+        scaled = build.binary("Mul", rows_less_mean, coefficient, device)
+        shifted = build.binary("AddV2", scaled, rw.whole(op.inputs[2], device), device)
+        normalized.append(build.to_input_type(shifted, device))
     unbiased = build.binary(
         "Mul", variance, build.scalar(build.count / max(build.count - 1, 1), first), first
     )
@@ -198,15 +199,13 @@ def synchronized_batch_norm_grad(
     first = devices[0]
     dys = [build.to_statistics_type(t, d) for t, d in zip(_rows(rw, op, 0, ranges, devices), devices)]
     xs = [build.to_statistics_type(t, d) for t, d in zip(_rows(rw, op, 1, ranges, devices), devices)]
-    mean, variance = moments if moments is not None else build.moments(xs)
-    epsilon = build.scalar(op.get_attr("epsilon"), first)
-    inverse = build.node(
-        "Rsqrt", [build.binary("AddV2", variance, epsilon, first)], first, T=build.statistics_type()
-    )
-    normalized = []
-    for x, device in zip(xs, devices):
-        centered = build.binary("Sub", x, mean, device)
-        normalized.append(build.binary("Mul", centered, inverse, device))
+    if moments is None:
+        (mean, variance), centered = build.moments(xs)
+    else:
+        mean, variance = moments
+        centered = [build.binary("Sub", x, mean, d) for x, d in zip(xs, devices)]
+    inverse = build.inverse_deviation(variance)
+    normalized = [build.binary("Mul", c, inverse, d) for c, d in zip(centered, devices)]
     offset_grad = build.total([build.channel_sum(dy, d) for dy, d in zip(dys, devices)], 1.0)
     products = [build.binary("Mul", dy, x_hat, d) for dy, x_hat, d in zip(dys, normalized, devices)]
     scale_grad = build.total([build.channel_sum(p, d) for p, d in zip(products, devices)], 1.0)
