@@ -185,34 +185,57 @@ def test_a_bad_plan_is_refused_naming_the_op_and_the_graph_is_untouched(
     assert graph.as_graph_def() == before
 
 
-def test_batch_norm_in_training_stays_whole_alike_in_the_plan_the_simulator_and_the_rewrite() -> None:
+def batch_norm_training_graph() -> tuple[tf.Graph, dict[str, np.ndarray]]:
+    """A convolution, a training batch norm (fused, moving averages updated), relu, mean loss, SGD:
+    on 5 examples, so that two pieces hold 3 and 2 of them."""
     tf.compat.v1.disable_eager_execution()
     graph = tf.Graph()
     with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [4, 5, 5, 3], name="x")
-        scale = tf.compat.v1.get_variable("scale", [3], initializer=tf.compat.v1.ones_initializer())
-        y, *_ = tf.compat.v1.nn.fused_batch_norm(x, scale, tf.zeros([3]), is_training=True)
-        loss = tf.reduce_sum(tf.square(tf.nn.relu(y)), name="loss")
-        tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
-    batch_norms = ["FusedBatchNormV3", "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3"]
+        x = tf.compat.v1.placeholder(tf.float32, [5, 6, 6, 3], name="x")
+        kernel = tf.compat.v1.get_variable(
+            "w", [3, 3, 3, 4], initializer=tf.compat.v1.glorot_uniform_initializer(1)
+        )
+        hidden = tf.nn.conv2d(x, kernel, 1, "SAME")
+        scale = tf.compat.v1.get_variable("scale", [4], initializer=tf.compat.v1.ones_initializer())
+        offset = tf.compat.v1.get_variable("offset", [4], initializer=tf.compat.v1.zeros_initializer())
+        y, mean, variance = tf.compat.v1.nn.fused_batch_norm(hidden, scale, offset, is_training=True)
+        moving = tf.compat.v1.get_variable(
+            "moving_variance", [4], initializer=tf.compat.v1.ones_initializer()
+        )
+        update = tf.compat.v1.assign(moving, 0.9 * moving + 0.1 * variance)
+        loss = tf.reduce_mean(tf.square(tf.nn.relu(y) - 0.5) + 0.0 * tf.reduce_sum(mean), name="loss")
+        with tf.control_dependencies([update]):
+            tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    feeds = {"x:0": np.random.default_rng(3).standard_normal((5, 6, 6, 3)).astype(np.float32) * 2 + 1}
+    return graph, feeds
+
+
+BATCH_NORM_OPS = ["FusedBatchNormV3", "gradients/FusedBatchNormV3_grad/FusedBatchNormGradV3"]
+
+
+def test_a_training_batch_norm_splits_on_the_batch_with_the_whole_batch_statistics() -> None:
+    graph, feeds = batch_norm_training_graph()
     plan = uniform_plan(graph, TWO_CPUS, BATCH)
-    assert plan.splits["Relu"].degree == 2  # the ops around them split on the batch
-    assert all(plan.splits[op].degree == 1 for op in batch_norms)
-    # the simulator runs them whole on one device too: the imported graph records is_training
+    assert all(plan.splits[op].degree == 2 and plan.splits[op].dimension == BATCH for op in BATCH_NORM_OPS)
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
+    assert check.max_deviation < TOLERANCE, check.worst  # losses, weights, the moving variance
+    assert not check.kept_whole and check.pieces_run > 0 and not check.misplaced
+    # the simulator runs the same pieces
     cost_graph = import_graph(graph, "train").cost_graph
-    assert all(cost_graph.nodes[op]["attrs"]["is_training"] for op in batch_norms)
     in_step = SplitPlan({op: plan.splits[op] for op in cost_graph}, DeviceSet.parse(TWO_CPUS, "1GB"))
     _, expanded = simulate_plan(cost_graph, in_step)
-    assert all(expanded.nodes_of[op] == (op,) for op in batch_norms)
-    feeds = {"x:0": np.random.default_rng(3).standard_normal((4, 5, 5, 3)).astype(np.float32)}
+    assert all(len(expanded.nodes_of[op]) == 2 for op in BATCH_NORM_OPS)
+
+
+@pytest.mark.parametrize("split_op", BATCH_NORM_OPS)
+def test_a_batch_norm_split_without_its_gradient_or_forward_still_trains_exactly(split_op: str) -> None:
+    graph, feeds = batch_norm_training_graph()
+    plan = uniform_plan(graph, TWO_CPUS, BATCH)
+    other = next(op for op in BATCH_NORM_OPS if op != split_op)
+    plan.splits[other] = OpSplit.whole(TWO_CPUS[1])
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
     assert check.max_deviation < TOLERANCE, check.worst
-    for op in batch_norms:  # a plan that splits one on the batch is refused by both
-        forced = {**in_step.splits, op: OpSplit(tuple(TWO_CPUS), BATCH)}
-        with pytest.raises(ValueError, match=f"op '{op}'.*cannot split along 'batch'"):
-            apply_split_plan(SplitPlan(forced, DeviceSet.parse(TWO_CPUS, "1GB")), graph)
-        with pytest.raises(ValueError, match="batch"):
-            SplitPlan(forced, DeviceSet.parse(TWO_CPUS, "1GB")).validate(cost_graph)
+    assert not check.misplaced
 
 
 def test_a_batch_split_trains_alike_on_two_loopback_workers() -> None:

@@ -65,10 +65,11 @@ def test_elementwise_ops_need_no_attributes_and_read_every_input_alike():
 
 
 @pytest.mark.parametrize("op_type", ["FusedBatchNormV3", "FusedBatchNormGradV3", "FusedBatchNorm"])
-def test_batch_norm_in_training_splits_on_channels_only_in_inference_also_on_the_batch(op_type):
-    # training statistics are the whole batch's: batch pieces would normalize by their own
-    assert set(op_rules(op_type, {**NHWC, "is_training": True})) == {CHANNEL}
-    assert set(op_rules(op_type, {**NHWC, "is_training": False})) == {BATCH, CHANNEL}
+def test_batch_norm_splits_on_the_batch_with_its_statistics_partial_over_the_pieces(op_type):
+    # training statistics are the whole batch's: the pieces' sums are combined (synchronized)
+    rules = op_rules(op_type, NHWC)
+    assert set(rules) == {BATCH, CHANNEL}
+    assert rules[BATCH].write(1).kind == "partial"
 
 
 def test_unknown_op_types_stay_whole():

@@ -257,9 +257,8 @@ RULES: dict[str, dict[str, SplitRule]] = {
     },
     # Batch norm normalizes each channel on its own: a channel piece computes its channels exactly.
     # In inference mode a batch piece normalizes its examples with the moving statistics it reads
-    # (outputs 1 and 2 pass them on). In training mode (``is_training``, the variant below) the
-    # statistics are the whole batch's, which batch pieces would not see: it splits on channels only
-    # (graphs that do not record ``is_training``, annotated before it was, keep the batch rule).
+    # (outputs 1 and 2 pass them on). In training mode batch pieces sum per-channel statistics over
+    # the pieces (synchronized batch norm, tfplace.tf_graph.split_batch_norm): the partial outputs.
     "FusedBatchNormV3": {
         BATCH: _rule((S0, R), (S0, P), **_NHWC),
         CHANNEL: _rule((SL, S0), (SL, S0), **_NHWC),
@@ -313,10 +312,8 @@ for _type in _ELEMENTWISE_TYPES:
 for _type in _LINEAR_TYPES:
     RULES[_type] = {**RULES[_type], REDUCTION: _rule((P,), (P,))}
 RULES["BatchMatMulV3"] = RULES["BatchMatMul"] = RULES["BatchMatMulV2"]
-for _type in BATCH_NORMS:
-    _base = "FusedBatchNormGradV3" if "Grad" in _type else "FusedBatchNormV3"
-    RULES[_type] = RULES[_base]
-    RULES[f"{_type}/is_training"] = {CHANNEL: RULES[_base][CHANNEL]}
+RULES["FusedBatchNorm"] = RULES["FusedBatchNormV3"]
+RULES["FusedBatchNormGrad"] = RULES["FusedBatchNormGradV3"]
 
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 """Op types that read only their inputs' shapes, which a plan knows without moving the tensors: in
@@ -359,9 +356,9 @@ def can_replicate(op_type: str) -> bool:
     return op_type not in UNREPLICABLE
 
 
-_VARIANT_ATTRS = {"MatMul": ("transpose_a", "transpose_b"), **dict.fromkeys(BATCH_NORMS, ("is_training",))}
+_VARIANT_ATTRS = {"MatMul": ("transpose_a", "transpose_b")}
 """Op types whose rules differ by attribute: ``"MatMul/transpose_a"`` holds ``MatMul``'s rules
-when ``transpose_a`` is set, ``"FusedBatchNormV3/is_training"`` a training batch norm's."""
+when ``transpose_a`` is set."""
 
 
 def op_rules(op_type: str, attrs: Mapping[str, Any] | None = None) -> dict[str, SplitRule]:

@@ -21,7 +21,7 @@ __all__ = [
     "probed_split_attrs",
 ]
 
-_FLAG_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y", "is_training")
+_FLAG_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y")
 _REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod"})
 PADS = frozenset({"Pad", "PadV2", "MirrorPad"})
 """Op types whose input 1 holds the paddings, ``[rank, 2]`` amounts before and after each axis."""

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from tfplace.split.plan import OpSplit, SplitPlan
-from tfplace.split.rules import BATCH_NORMS, HEIGHT, REDUCTION, SHAPE_INPUT, SHAPE_OPS, SplitRule
+from tfplace.split.rules import BATCH, BATCH_NORMS, HEIGHT, REDUCTION, SHAPE_INPUT, SHAPE_OPS, SplitRule
+from tfplace.tf_graph.split_batch_norm import Moments, synchronized_batch_norm, synchronized_batch_norm_grad
 from tfplace.tf_graph.split_layouts import (
     axis_of,
     dimension,
@@ -63,6 +64,8 @@ class Rewriter(NodeBuilder):
         super().__init__(out, {node.name for node in source.node}, self.result.devices)
         self.plan = plan
         self.values: dict[str, _Value] = {}
+        self.moments: dict[str, Moments] = {}
+        """Training batch norm split on the batch -> the whole batch's moments it computed."""
 
     # -- values ------------------------------------------------------------------------------
     def value(self, tensor: Any) -> _Value:
@@ -128,6 +131,9 @@ class Rewriter(NodeBuilder):
         _, size = dimension(op, rule)
         assert size is not None
         ranges = piece_ranges(size, split.shares)
+        if op.type in BATCH_NORMS and split.dimension == BATCH and op.get_attr("is_training"):
+            self.result.pieces[op.name] = self._synchronized(op, split.devices, ranges)
+            return
         pieces, finished = [], []
         for index, ((lo, hi), device) in enumerate(zip(ranges, split.devices)):
             node = self._piece_node(op, split, rule, index, lo, hi, device)
@@ -158,6 +164,29 @@ class Rewriter(NodeBuilder):
             else:
                 value.whole, value.whole_device = outputs[0], split.devices[0]
             self.values[tensor.name] = value
+
+    def _synchronized(
+        self, op: Any, devices: tuple[str, ...], ranges: list[tuple[int, int]]
+    ) -> tuple[str, ...]:
+        """A training batch norm or its gradient as pieces over ``ranges`` of the batch with the whole
+        batch's statistics (:mod:`~tfplace.tf_graph.split_batch_norm`); returns the pieces' nodes."""
+        if "Grad" in op.type:
+            moments = self.moments.get(op.inputs[3].op.name)
+            pieces, others = synchronized_batch_norm_grad(self, op, ranges, devices, moments)
+        else:
+            pieces, others, self.moments[op.name] = synchronized_batch_norm(self, op, ranges, devices)
+        first = op.outputs[0]
+        self.values[first.name] = _Value(
+            first.dtype.as_datatype_enum,
+            static_shape(first),
+            axis=0,
+            pieces=tuple((lo, hi, piece, d) for (lo, hi), piece, d in zip(ranges, pieces, devices)),
+        )
+        for tensor, whole in zip(op.outputs[1:], others):
+            self.values[tensor.name] = _Value(
+                tensor.dtype.as_datatype_enum, static_shape(tensor), whole=whole, whole_device=devices[0]
+            )
+        return tuple(piece.partition(":")[0] for piece in pieces)
 
     def _weighted(self, tensor: str, share: float, original: Any, device: str) -> str:
         """A piece's mean over its rows weighted by its share of the whole batch."""
@@ -249,6 +278,12 @@ class Rewriter(NodeBuilder):
         return self.result.pieces.get(op.name, (op.name,))
 
     def whole_op(self, op: Any, device: str) -> None:
+        if op.type in BATCH_NORMS and "Grad" in op.type and op.inputs[3].op.name in self.moments:
+            # the gradient of a synchronized forward: its reserve spaces hold the moments, which a
+            # GPU kernel would read as an inverse deviation, so it runs as one synchronized piece
+            self._synchronized(op, (device,), [(0, static_shape(op.inputs[0])[0] or 0)])
+            self.named_join(op, device)
+            return
         pieces_only = any(self.value(t).whole is None for t in op.inputs)
         if op.type in SHAPE_OPS and pieces_only and all(t.shape.is_fully_defined() for t in op.inputs):
             self._static_shapes(op, device)
