@@ -49,7 +49,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies
+from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies, op_attributes
 from tfplace.core.indexed import IndexedGraph, gc_paused, index_tables
 from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
@@ -67,34 +67,37 @@ HALO_ROWS = 1
 
 @dataclass(frozen=True)
 class ExpandedPlan:
-    """The pieces: their nodes (``pieces``, a cost graph without edges) and edges (``edges``,
-    ``(src, dst)`` -> attributes but ``transfer_time``), each node's device, and the nodes each op
-    of the plan became. :attr:`graph` is their cost graph, built when first read; simulating needs
-    only :meth:`indexed`, which networkx need not build."""
+    """The pieces: their nodes (``nodes``, name -> the attributes of
+    :func:`~tfplace.core.costgraph.op_attributes`, in order) and edges (``edges``, ``(src, dst)`` ->
+    attributes but ``transfer_time``), each node's device, the nodes each op of the plan became and
+    the planned graph's attributes (``graph_attrs``). :attr:`graph` is their cost graph, built when
+    first read; simulating needs only :meth:`indexed`, which networkx need not build."""
 
-    pieces: CostGraph
+    nodes: dict[str, dict[str, Any]]
     edges: dict[tuple[str, str], dict[str, Any]]
     devices: dict[str, str]
     nodes_of: dict[str, tuple[str, ...]]
+    graph_attrs: dict[str, Any]
 
     @cached_property
     def graph(self) -> CostGraph:
-        """The cost graph of the pieces (``pieces`` with ``edges`` added, as
+        """The cost graph of the pieces (``nodes`` with ``edges`` added, as
         :meth:`~tfplace.core.costgraph.CostGraph.add_dependencies` adds them)."""
-        model = self.pieces.transfer_model
-        self.pieces.add_edges_from(
+        graph = CostGraph(**self.graph_attrs)
+        graph.add_nodes_from(self.nodes.items())
+        model = graph.transfer_model
+        graph.add_edges_from(
             (src, dst, {**edge, "transfer_time": edge_time(edge, model)})
             for (src, dst), edge in self.edges.items()
         )
-        return self.pieces
+        return graph
 
     def indexed(self, link: TransferModel) -> IndexedGraph:
         """:func:`~tfplace.core.indexed.index_graph` of :attr:`graph` on ``link``, from the tables."""
-        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.pieces}
+        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.nodes}
         for (src, dst), edge in self.edges.items():
             successors[src][dst] = edge
-        ops = [attrs for _, attrs in self.pieces.nodes(data=True)]
-        return index_tables(list(successors), ops, list(successors.values()), link)
+        return index_tables(list(successors), list(self.nodes.values()), list(successors.values()), link)
 
 
 @dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
@@ -128,7 +131,7 @@ def simulate_plan(
                 speed = speeds.get(device, 1.0)
                 if speed <= 0:
                     raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
-                expanded.pieces.nodes[node]["compute_time"] /= speed
+                expanded.nodes[node]["compute_time"] /= speed
         indexed = expanded.indexed(plan.devices.typical_link)
         number = {name: plan.devices.index(name) for name in set(expanded.devices.values())}
         placed = np.array([number[expanded.devices[name]] for name in indexed.names], dtype=np.int64)
@@ -144,7 +147,6 @@ class _Expander:
     def __init__(self, graph: nx.DiGraph, plan: SplitPlan) -> None:
         self.graph = graph
         self.plan = plan
-        self.out = CostGraph(**graph.graph)
         self.devices: dict[str, str] = {}
         self.pieces: dict[str, list[_Piece]] = {}
         self.made: dict[tuple[Any, ...], str] = {}
@@ -153,7 +155,7 @@ class _Expander:
         self.copy = copy_cost(graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
         self.edges: dict[tuple[str, str], dict[str, Any]] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes in ``out``, by name
+        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes, by name, in order
 
     def run(self) -> ExpandedPlan:
         for op in self.graph:
@@ -166,25 +168,23 @@ class _Expander:
         for op in self.graph:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
-        return ExpandedPlan(self.out, self.edges, self.devices, nodes_of)
+        return ExpandedPlan(self.nodes, self.edges, self.devices, nodes_of, dict(self.graph.graph))
 
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
-        self.out.add_op(name, **attrs)
-        self.nodes[name] = self.out.nodes[name]
+        self.nodes[name] = op_attributes(**attrs)
         self.devices[name] = device
 
     def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
-        """``add_op(name, **attrs)``; or, when ``like`` names a piece of the same op already added, a
-        copy of its attributes (normalized by ``add_op``) with ``attrs`` (normalized alike) replaced:
-        the fast path for an op's other pieces."""
+        """:meth:`_add_node`; or, when ``like`` names a piece of the same op already added, a copy of
+        its attributes (normalized by :func:`~tfplace.core.costgraph.op_attributes`) with ``attrs``
+        (normalized alike) replaced: the fast path for an op's other pieces."""
         if like is None:
-            self.out.add_op(name, **attrs)
-        else:
-            copied = {**self.nodes[like], **attrs}
-            copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
-            self.out.add_node(name, **copied)
-        self.nodes[name] = self.out.nodes[name]
+            self._add_node(name, device, **attrs)
+            return
+        copied = {**self.nodes[like], **attrs}
+        copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
+        self.nodes[name] = copied
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
