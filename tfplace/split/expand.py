@@ -143,6 +143,22 @@ def simulate_plan(
     return result, expanded
 
 
+_PIECE_KEYS = (
+    "compute_time",
+    "persistent_bytes",
+    "output_sizes",
+    "temporary_bytes",
+    "op_type",
+    "flops",
+    "device_kinds",
+)
+
+
+def _costs_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """What an op's pieces keep of its attributes (before their own share of the costs)."""
+    return {**{key: attrs[key] for key in _PIECE_KEYS}, "attrs": attrs.get("attrs")}
+
+
 class _Expander:
     def __init__(self, graph: nx.DiGraph, plan: SplitPlan) -> None:
         self.graph = graph
@@ -153,6 +169,7 @@ class _Expander:
         self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
         self.copy = copy_cost(graph)
+        self.scaling = scaling_of(graph.graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
         self.edges: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes, by name, in order
@@ -189,18 +206,6 @@ class _Expander:
 
     def _add_op(self, op: str, split: OpSplit) -> None:
         attrs = self.graph.nodes[op]
-        base = {
-            key: attrs[key]
-            for key in (
-                "compute_time",
-                "persistent_bytes",
-                "output_sizes",
-                "temporary_bytes",
-                "op_type",
-                "flops",
-                "device_kinds",
-            )
-        }
         if attrs["op_type"] in FED_WHOLE and split.degree > 1:  # fed once; readers take slices
             self.rules[op], split = None, OpSplit.whole(split.devices[0])
         rule = self.rules[op]
@@ -210,12 +215,12 @@ class _Expander:
             for i, device in enumerate(split.devices):
                 name = op if suffix is None else f"{op}{suffix}{i}"
                 like = pieces[0].node if pieces else None
-                self._add_piece(name, device, like, **({} if like else {**base, "attrs": attrs.get("attrs")}))
+                self._add_piece(name, device, like, **({} if like else _costs_of(attrs)))
                 pieces.append(_Piece(name, device, 0.0, 1.0))
             self.pieces[op] = pieces
             return
         whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
-        batch, block = scaling_of(self.graph.graph)
+        batch, block = self.scaling
         lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
             name = f"{op}#p{i}"
@@ -232,7 +237,7 @@ class _Expander:
             if pieces:
                 self._add_piece(name, device, pieces[0].node, **piece)
             else:
-                self._add_piece(name, device, None, **{**base, **piece, "attrs": attrs.get("attrs")})
+                self._add_piece(name, device, None, **{**_costs_of(attrs), **piece})
             pieces.append(_Piece(name, device, lo, lo + share))
             lo += share
         self.pieces[op] = pieces
