@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tfplace.core.costgraph import CostGraph, check_acyclic
 from tfplace.core.devices import DeviceSet
@@ -37,6 +38,7 @@ def decision_fingerprint(placement: Placement) -> str:
     1e-9 s) and peak bytes per device. Equal fingerprints are equal decisions; a change meant only
     to make a placer faster keeps them (``benchmarks/split_decision_speed.py`` prints them)."""
     plan = placement.split_plan
+    decided: list[Any]
     if plan is not None:
         decided = sorted(
             (op, split.devices, split.dimension, tuple(round(s, 12) for s in split.shares))
