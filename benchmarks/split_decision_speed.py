@@ -10,9 +10,10 @@ and prints one JSON line::
      "fingerprint", "load"}
 
 ``cpu_seconds`` is the process's CPU time of the call (the machine is shared: wall seconds grow
-with the others' load, CPU time much less). ``fingerprint`` is a sha256 of every op's split (its
-devices, dimension and shares) or device, with the simulated step and peak memory rounded to
-1e-9 s and 1 byte: equal fingerprints are equal decisions.
+with the others' load, CPU time much less). ``fingerprint`` is
+:func:`tfplace.placer.split_plans.decision_fingerprint`: every op's split (its devices, dimension
+and shares) or device, with the simulated step and peak memory rounded to 1e-9 s and 1 byte: equal
+fingerprints are equal decisions.
 
 ``--compare=DIR`` also runs every placement with the package in ``DIR`` (say an export of
 ``main``: ``git archive main | tar -x -C /tmp/base``) just before this checkout's, and ends with a
@@ -24,7 +25,6 @@ table of both side by side (CPU seconds, their ratio, whether the fingerprints a
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import subprocess
@@ -37,8 +37,8 @@ from absl import app, flags
 from tfplace.core.costgraph import load_json
 from tfplace.core.device_model import DEVICE_MODELS
 from tfplace.core.devices import DeviceSet
-from tfplace.core.placement import Placement
 from tfplace.placer import place_cost_graph
+from tfplace.placer.split_plans import decision_fingerprint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("placers", ["layerwise", "data_parallel", "auto"], "Placers to time.")
@@ -53,23 +53,6 @@ flags.DEFINE_integer("timeout", 1800, "Seconds before one placement is reported 
 flags.DEFINE_string("one", None, "Internal: time one placement: placer,graph.")
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-
-
-def fingerprint(placement: Placement) -> str:
-    """sha256 of the decision: every op's split or device, the simulated step and peaks."""
-    plan = placement.split_plan
-    if plan is not None:
-        decided = sorted(
-            (op, split.devices, split.dimension, tuple(round(s, 12) for s in split.shares))
-            for op, split in plan.splits.items()
-        )
-        extra: object = plan.bucket_bytes
-    else:
-        decided = sorted(placement.assignment.items())
-        extra = None
-    peaks = sorted((d, int(p)) for d, p in placement.peak_memory.items() if p)
-    step = None if placement.step_time is None else round(placement.step_time, 9)
-    return hashlib.sha256(repr((decided, extra, step, peaks)).encode()).hexdigest()[:16]
 
 
 def time_one(placer: str, path: str) -> dict[str, object]:
@@ -90,15 +73,17 @@ def time_one(placer: str, path: str) -> dict[str, object]:
         "step_time": placement.step_time,
         "peak_memory": max(placement.peak_memory.values(), default=0),
         "chosen": placement.placer,
-        "fingerprint": fingerprint(placement),
+        "fingerprint": decision_fingerprint(placement),
         "load": round(load, 2),
     }
 
 
 def run_one(code: Path, placer: str, path: str) -> dict[str, object]:
-    """:func:`time_one` in a fresh interpreter importing ``tfplace`` from ``code``."""
+    """:func:`time_one` in a fresh interpreter importing ``tfplace`` from ``code``, by ``code``'s
+    own copy of this benchmark (an older checkout fingerprints with its own package)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
-    command = [sys.executable, str(Path(__file__).resolve()), f"--one={placer},{path}"]
+    script = code / "benchmarks" / Path(__file__).name
+    command = [sys.executable, str(script), f"--one={placer},{path}"]
     command += [f"--num_devices={FLAGS.num_devices}"]
     try:
         done = subprocess.run(

@@ -114,6 +114,7 @@ __all__ = [
     "graph_memory",
     "load_json",
     "merge_dependencies",
+    "op_attributes",
     "op_memory",
     "output_bytes",
     "resident_memory",
@@ -162,6 +163,43 @@ class CostGraphError(ValueError):
     """A cost graph, or its JSON form, breaks the schema: the message names the op or field."""
 
 
+def op_attributes(
+    *,
+    compute_time: float = 0.0,
+    persistent_bytes: int = 0,
+    output_sizes: Iterable[int] = (),
+    temporary_bytes: int = 0,
+    op_type: str = "",
+    colocation_group: str | None = None,
+    device_kinds: Iterable[str] | None = None,
+    flops: float = 0.0,
+    aliased_outputs: Iterable[AliasedOutput] = (),
+    attrs: Mapping[str, Any] | None = None,
+    output_shapes: Iterable[Iterable[int]] | None = None,
+    inputs: Iterable[tuple[str, int]] | None = None,
+    batch_costs: Mapping[str, Any] | None = None,
+    gradient_of: str | None = None,
+) -> dict[str, Any]:
+    """Every node attribute of the schema (module docstring), normalized: what
+    :meth:`CostGraph.add_op` stores, for callers that keep nodes in tables of their own."""
+    return {
+        "compute_time": float(compute_time),
+        "persistent_bytes": int(persistent_bytes),
+        "output_sizes": tuple(int(s) for s in output_sizes),
+        "temporary_bytes": int(temporary_bytes),
+        "op_type": str(op_type),
+        "colocation_group": colocation_group,
+        "device_kinds": None if device_kinds is None else tuple(sorted(set(device_kinds))),
+        "flops": float(flops),
+        "aliased_outputs": tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
+        "attrs": None if attrs is None else dict(attrs),
+        "output_shapes": None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
+        "inputs": None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
+        "batch_costs": None if batch_costs is None else dict(batch_costs),
+        "gradient_of": gradient_of,
+    }
+
+
 class CostGraph(nx.DiGraph):
     """A directed acyclic graph of operations with their measured or estimated costs.
 
@@ -178,43 +216,9 @@ class CostGraph(nx.DiGraph):
     400
     """
 
-    def add_op(
-        self,
-        name: str,
-        *,
-        compute_time: float = 0.0,
-        persistent_bytes: int = 0,
-        output_sizes: Iterable[int] = (),
-        temporary_bytes: int = 0,
-        op_type: str = "",
-        colocation_group: str | None = None,
-        device_kinds: Iterable[str] | None = None,
-        flops: float = 0.0,
-        aliased_outputs: Iterable[AliasedOutput] = (),
-        attrs: Mapping[str, Any] | None = None,
-        output_shapes: Iterable[Iterable[int]] | None = None,
-        inputs: Iterable[tuple[str, int]] | None = None,
-        batch_costs: Mapping[str, Any] | None = None,
-        gradient_of: str | None = None,
-    ) -> None:
-        """Add (or overwrite the costs of) one operation."""
-        self.add_node(
-            name,
-            compute_time=float(compute_time),
-            persistent_bytes=int(persistent_bytes),
-            output_sizes=tuple(int(s) for s in output_sizes),
-            temporary_bytes=int(temporary_bytes),
-            op_type=str(op_type),
-            colocation_group=colocation_group,
-            device_kinds=None if device_kinds is None else tuple(sorted(set(device_kinds))),
-            flops=float(flops),
-            aliased_outputs=tuple(sorted((int(s), str(p), int(q)) for s, p, q in aliased_outputs)),
-            attrs=None if attrs is None else dict(attrs),
-            output_shapes=None if output_shapes is None else tuple(tuple(map(int, s)) for s in output_shapes),
-            inputs=None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
-            batch_costs=None if batch_costs is None else dict(batch_costs),
-            gradient_of=gradient_of,
-        )
+    def add_op(self, name: str, **costs: Any) -> None:
+        """Add (or overwrite the costs of) one operation: the attributes of :func:`op_attributes`."""
+        self.add_node(name, **op_attributes(**costs))
 
     def add_dependency(
         self,
@@ -315,7 +319,8 @@ def merge_dependencies(
         edge = pending.get(key)
         if edge is None:
             edge = existing(src, dst)
-        pending[key] = _merged_edge(edge, output_sizes(src), slots, nbytes, control)
+        sizes = output_sizes(src) if nbytes is None else ()  # read only to count the slots' bytes
+        pending[key] = _merged_edge(edge, sizes, slots, nbytes, control)
     return pending
 
 
@@ -325,7 +330,9 @@ def _merged_edge(
     """``edge`` (``None``: no edge yet) with the producer's ``slots`` (of ``sizes``) added, as
     :meth:`CostGraph.add_dependency` documents; updated in place, or a new edge's attributes."""
     if edge is None:
-        new = tuple(sorted(set(slots)))
+        new = tuple(slots)
+        if len(new) > 1:
+            new = tuple(sorted(set(new)))
         if nbytes is None:
             nbytes = sum(sizes[s] for s in new if s < len(sizes))
         return {"bytes": int(nbytes), "slots": new, "control": control and not new and nbytes == 0}

@@ -6,8 +6,10 @@ as a :class:`~tfplace.core.placement.Placement` whose ``pieces`` name the split 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tfplace.core.costgraph import CostGraph, check_acyclic
 from tfplace.core.devices import DeviceSet
@@ -18,7 +20,7 @@ from tfplace.split.expand import simulate_plan
 from tfplace.split.layerwise import layerwise_plan, search_plan
 from tfplace.split.plan import SplitPlan
 
-__all__ = ["data_parallel", "layerwise", "plan_placement", "records_split_fields"]
+__all__ = ["data_parallel", "decision_fingerprint", "layerwise", "plan_placement", "records_split_fields"]
 
 
 def records_split_fields(graph: CostGraph) -> bool:
@@ -28,6 +30,27 @@ def records_split_fields(graph: CostGraph) -> bool:
     return bool(graph.graph.get("batch_size")) and any(
         inputs is not None for _, inputs in graph.nodes(data="inputs")
     )
+
+
+def decision_fingerprint(placement: Placement) -> str:
+    """16 hex digits of a sha256 of what a placer decided: every op's split (devices, dimension,
+    shares to 1e-12) and the gradient buckets, or every op's device, with the simulated step (to
+    1e-9 s) and peak bytes per device. Equal fingerprints are equal decisions; a change meant only
+    to make a placer faster keeps them (``benchmarks/split_decision_speed.py`` prints them)."""
+    plan = placement.split_plan
+    decided: list[Any]
+    if plan is not None:
+        decided = sorted(
+            (op, split.devices, split.dimension, tuple(round(s, 12) for s in split.shares))
+            for op, split in plan.splits.items()
+        )
+        extra: object = plan.bucket_bytes
+    else:
+        decided = sorted(placement.assignment.items())
+        extra = None
+    peaks = sorted((d, int(p)) for d, p in placement.peak_memory.items() if p)
+    step = None if placement.step_time is None else round(placement.step_time, 9)
+    return hashlib.sha256(repr((decided, extra, step, peaks)).encode()).hexdigest()[:16]
 
 
 def plan_placement(

@@ -49,7 +49,7 @@ def fuse(graph: nx.DiGraph, requests: Sequence[AllReduce], bucket_bytes: int | N
     ordered = sorted(requests, key=lambda r: (ready[r.op], position[r.op], r.slot))
     if bucket_bytes is None:
         return [[request] for request in ordered]
-    needs = _latest_result_needed(graph, ordered)
+    needs = _latest_result_needed(graph, order, ordered)
     buckets: list[list[AllReduce]] = []
     start, total = 0, 0
     for index, request in enumerate(ordered):
@@ -68,14 +68,17 @@ def fuse(graph: nx.DiGraph, requests: Sequence[AllReduce], bucket_bytes: int | N
     return buckets
 
 
-def _latest_result_needed(graph: nx.DiGraph, ordered: Sequence[AllReduce]) -> Mapping[str, int]:
-    """Per op, the largest index in ``ordered`` of an all-reduced tensor it depends on (absent: none)."""
+def _latest_result_needed(
+    graph: nx.DiGraph, order: Sequence[str], ordered: Sequence[AllReduce]
+) -> Mapping[str, int]:
+    """Per op, the largest index in ``ordered`` of an all-reduced tensor it depends on (absent: none);
+    ``order`` is a topological order of ``graph``."""
     needs: dict[str, int] = {}
     read_by: dict[str, int] = {}
     for index, request in enumerate(ordered):
         for reader in request.readers:
             read_by[reader] = max(read_by.get(reader, -1), index)
-    for op in nx.topological_sort(graph):
+    for op in order:
         latest = max((needs[p] for p in graph.predecessors(op) if p in needs), default=-1)
         latest = max(latest, read_by.get(op, -1))
         if latest >= 0:

@@ -49,7 +49,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies
+from tfplace.core.costgraph import CostGraph, edge_time, merge_dependencies, op_attributes
 from tfplace.core.indexed import IndexedGraph, gc_paused, index_tables
 from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
@@ -67,34 +67,37 @@ HALO_ROWS = 1
 
 @dataclass(frozen=True)
 class ExpandedPlan:
-    """The pieces: their nodes (``pieces``, a cost graph without edges) and edges (``edges``,
-    ``(src, dst)`` -> attributes but ``transfer_time``), each node's device, and the nodes each op
-    of the plan became. :attr:`graph` is their cost graph, built when first read; simulating needs
-    only :meth:`indexed`, which networkx need not build."""
+    """The pieces: their nodes (``nodes``, name -> the attributes of
+    :func:`~tfplace.core.costgraph.op_attributes`, in order) and edges (``edges``, ``(src, dst)`` ->
+    attributes but ``transfer_time``), each node's device, the nodes each op of the plan became and
+    the planned graph's attributes (``graph_attrs``). :attr:`graph` is their cost graph, built when
+    first read; simulating needs only :meth:`indexed`, which networkx need not build."""
 
-    pieces: CostGraph
+    nodes: dict[str, dict[str, Any]]
     edges: dict[tuple[str, str], dict[str, Any]]
     devices: dict[str, str]
     nodes_of: dict[str, tuple[str, ...]]
+    graph_attrs: dict[str, Any]
 
     @cached_property
     def graph(self) -> CostGraph:
-        """The cost graph of the pieces (``pieces`` with ``edges`` added, as
+        """The cost graph of the pieces (``nodes`` with ``edges`` added, as
         :meth:`~tfplace.core.costgraph.CostGraph.add_dependencies` adds them)."""
-        model = self.pieces.transfer_model
-        self.pieces.add_edges_from(
+        graph = CostGraph(**self.graph_attrs)
+        graph.add_nodes_from(self.nodes.items())
+        model = graph.transfer_model
+        graph.add_edges_from(
             (src, dst, {**edge, "transfer_time": edge_time(edge, model)})
             for (src, dst), edge in self.edges.items()
         )
-        return self.pieces
+        return graph
 
     def indexed(self, link: TransferModel) -> IndexedGraph:
         """:func:`~tfplace.core.indexed.index_graph` of :attr:`graph` on ``link``, from the tables."""
-        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.pieces}
+        successors: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.nodes}
         for (src, dst), edge in self.edges.items():
             successors[src][dst] = edge
-        ops = [attrs for _, attrs in self.pieces.nodes(data=True)]
-        return index_tables(list(successors), ops, list(successors.values()), link)
+        return index_tables(list(successors), list(self.nodes.values()), list(successors.values()), link)
 
 
 @dataclass(frozen=True, eq=False)  # pieces are told apart by identity: list.index is then fast
@@ -128,7 +131,7 @@ def simulate_plan(
                 speed = speeds.get(device, 1.0)
                 if speed <= 0:
                     raise ValueError(f"device {device!r}: speed must be positive, got {speed}")
-                expanded.pieces.nodes[node]["compute_time"] /= speed
+                expanded.nodes[node]["compute_time"] /= speed
         indexed = expanded.indexed(plan.devices.typical_link)
         number = {name: plan.devices.index(name) for name in set(expanded.devices.values())}
         placed = np.array([number[expanded.devices[name]] for name in indexed.names], dtype=np.int64)
@@ -140,67 +143,70 @@ def simulate_plan(
     return result, expanded
 
 
+_PIECE_KEYS = (
+    "compute_time",
+    "persistent_bytes",
+    "output_sizes",
+    "temporary_bytes",
+    "op_type",
+    "flops",
+    "device_kinds",
+)
+
+
+def _costs_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """What an op's pieces keep of its attributes (before their own share of the costs)."""
+    return {**{key: attrs[key] for key in _PIECE_KEYS}, "attrs": attrs.get("attrs")}
+
+
 class _Expander:
     def __init__(self, graph: nx.DiGraph, plan: SplitPlan) -> None:
         self.graph = graph
+        self.ops: dict[str, dict[str, Any]] = dict(graph.nodes(data=True))  # faster than graph.nodes
         self.plan = plan
-        self.out = CostGraph(**graph.graph)
         self.devices: dict[str, str] = {}
         self.pieces: dict[str, list[_Piece]] = {}
         self.made: dict[tuple[Any, ...], str] = {}
         self.rules = {op: rule_of(graph, op, split) for op, split in plan.splits.items()}
         self.all_reduces: dict[tuple[str, int], tuple[int, set[str]]] = {}
         self.copy = copy_cost(graph)
+        self.scaling = scaling_of(graph.graph)
         self.dependencies: list[tuple[str, str, tuple[int, ...], int | None, bool]] = []
         self.edges: dict[tuple[str, str], dict[str, Any]] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes in ``out``, by name
+        self.nodes: dict[str, dict[str, Any]] = {}  # each node's attributes, by name, in order
 
     def run(self) -> ExpandedPlan:
-        for op in self.graph:
+        for op in self.ops:
             self._add_op(op, self.plan.splits[op])
         for u, v, edge in self.graph.edges(data=True):
             self._connect(u, v, edge)
         self._wire_all_reduces()
         nodes = self.nodes
         self.edges = merge_dependencies(self.dependencies, lambda op: nodes[op]["output_sizes"])
-        for op in self.graph:
+        for op in self.ops:
             self._keep_aliases(op)
         nodes_of = {op: tuple(piece.node for piece in pieces) for op, pieces in self.pieces.items()}
-        return ExpandedPlan(self.out, self.edges, self.devices, nodes_of)
+        return ExpandedPlan(self.nodes, self.edges, self.devices, nodes_of, dict(self.graph.graph))
 
     # -- nodes -------------------------------------------------------------------------------
     def _add_node(self, name: str, device: str, **attrs: Any) -> None:
-        self.out.add_op(name, **attrs)
-        self.nodes[name] = self.out.nodes[name]
+        self.nodes[name] = op_attributes(**attrs)
         self.devices[name] = device
 
     def _add_piece(self, name: str, device: str, like: str | None, **attrs: Any) -> None:
-        """``add_op(name, **attrs)``; or, when ``like`` names a piece of the same op already added, a
-        copy of its attributes (normalized by ``add_op``) with ``attrs`` (normalized alike) replaced:
-        the fast path for an op's other pieces."""
+        """:meth:`_add_node`; or, when ``like`` names a piece of the same op already added, a copy of
+        its attributes (normalized by :func:`~tfplace.core.costgraph.op_attributes`) with ``attrs``
+        (normalized alike) replaced: the fast path for an op's other pieces."""
         if like is None:
-            self.out.add_op(name, **attrs)
-        else:
-            copied = {**self.nodes[like], **attrs}
-            copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
-            self.out.add_node(name, **copied)
-        self.nodes[name] = self.out.nodes[name]
+            self._add_node(name, device, **attrs)
+            return
+        copied = {**self.nodes[like], **attrs}
+        copied["attrs"] = None if copied["attrs"] is None else dict(copied["attrs"])
+        self.nodes[name] = copied
         self.devices[name] = device
 
     def _add_op(self, op: str, split: OpSplit) -> None:
-        attrs = self.graph.nodes[op]
-        base = {
-            key: attrs[key]
-            for key in (
-                "compute_time",
-                "persistent_bytes",
-                "output_sizes",
-                "temporary_bytes",
-                "op_type",
-                "flops",
-                "device_kinds",
-            )
-        }
+        attrs = self.ops[op]
         if attrs["op_type"] in FED_WHOLE and split.degree > 1:  # fed once; readers take slices
             self.rules[op], split = None, OpSplit.whole(split.devices[0])
         rule = self.rules[op]
@@ -210,12 +216,12 @@ class _Expander:
             for i, device in enumerate(split.devices):
                 name = op if suffix is None else f"{op}{suffix}{i}"
                 like = pieces[0].node if pieces else None
-                self._add_piece(name, device, like, **({} if like else {**base, "attrs": attrs.get("attrs")}))
+                self._add_piece(name, device, like, **({} if like else _costs_of(attrs)))
                 pieces.append(_Piece(name, device, 0.0, 1.0))
             self.pieces[op] = pieces
             return
         whole = [rule.write(slot) in (PARTIAL, REPLICATED) for slot in range(len(attrs["output_sizes"]))]
-        batch, block = scaling_of(self.graph.graph)
+        batch, block = self.scaling
         lo = 0.0
         for i, (device, share) in enumerate(zip(split.devices, split.shares)):
             name = f"{op}#p{i}"
@@ -232,7 +238,7 @@ class _Expander:
             if pieces:
                 self._add_piece(name, device, pieces[0].node, **piece)
             else:
-                self._add_piece(name, device, None, **{**base, **piece, "attrs": attrs.get("attrs")})
+                self._add_piece(name, device, None, **{**_costs_of(attrs), **piece})
             pieces.append(_Piece(name, device, lo, lo + share))
             lo += share
         self.pieces[op] = pieces
@@ -268,7 +274,7 @@ class _Expander:
         self.dependencies.append((src, dst, slots, nbytes, control))
 
     def _connect(self, u: str, v: str, edge: Mapping[str, Any]) -> None:
-        if self.graph.nodes[v]["op_type"] in SHAPE_OPS:
+        if self.ops[v]["op_type"] in SHAPE_OPS:
             for dst in self.pieces[v]:
                 local = [p for p in self.pieces[u] if p.device == dst.device][:1] or self.pieces[u][:1]
                 self._depend(local[0].node, dst.node, control=True)
@@ -289,8 +295,8 @@ class _Expander:
             return
         split = self.plan.splits[v]
         rule = self.rules[v]
-        inputs = self.graph.nodes[v].get("inputs") or ()
-        shape_input = SHAPE_INPUT.get(self.graph.nodes[v]["op_type"]) if rule is not None else None
+        inputs = self.ops[v].get("inputs") or ()
+        shape_input = SHAPE_INPUT.get(self.ops[v]["op_type"]) if rule is not None else None
         for slot in edge["slots"]:
             positions = [i for i, source in enumerate(inputs) if source == (u, slot)]
             if positions and set(positions) == {shape_input}:
@@ -481,13 +487,13 @@ class _Expander:
 
     def _size(self, node: str, slot: int) -> int:
         attrs = self.nodes.get(node)
-        sizes = (attrs if attrs is not None else self.graph.nodes[node])["output_sizes"]
+        sizes = (attrs if attrs is not None else self.ops[node])["output_sizes"]
         return int(sizes[slot]) if slot < len(sizes) else 0
 
     def _halo_bytes(self, u: str, slot: int, layout: Layout) -> int:
         """Bytes of :data:`HALO_ROWS` rows of ``u``'s output along the halo's axis (one per cent of the
         tensor when its shape is not recorded)."""
-        shapes = self.graph.nodes[u].get("output_shapes")
+        shapes = self.ops[u].get("output_shapes")
         size = self._size(u, slot)
         if shapes and slot < len(shapes) and layout.axis is not None:
             rows = shapes[slot][layout.axis] if -len(shapes[slot]) <= layout.axis < len(shapes[slot]) else -1
@@ -496,12 +502,12 @@ class _Expander:
         return round(size / 100)
 
     def _op_of(self, node: str) -> str:
-        return node.rsplit("#", 1)[0] if node not in self.graph else node
+        return node.rsplit("#", 1)[0] if node not in self.ops else node
 
     def _keep_aliases(self, op: str) -> None:
         """Keep an aliased output of a piece when the aliased input arrives as a local slot of the
         producer's piece (a forwarded buffer); otherwise the piece allocates the output."""
-        aliases = self.graph.nodes[op].get("aliased_outputs", ())
+        aliases = self.ops[op].get("aliased_outputs", ())
         if not aliases:
             return
         for piece in self.pieces[op]:

@@ -1,0 +1,48 @@
+"""Split placers decide on saved graphs exactly what they decided before they were made faster
+(issue 15, point 6: the decision's speed). The pins are ``benchmarks/split_decision_speed.py``'s
+fingerprints and steps, made by main 42928cd on 4 V100 32 GB GPUs; a change meant to change
+decisions updates them, with the benchmark's ``--compare`` showing what moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfplace.core.costgraph import load_json
+from tfplace.core.device_model import DEVICE_MODELS
+from tfplace.core.devices import DeviceSet
+from tfplace.placer import place_cost_graph
+from tfplace.placer.split_plans import decision_fingerprint
+
+ROOT = Path(__file__).resolve().parent.parent
+GRAPHS = {
+    "tensor_holography": ROOT / "results" / "graphs" / "tensor_holography.json.gz",
+    "inception_v3": ROOT / "results" / "graphs" / "inception_v3.json.gz",
+    "cnn": ROOT / "tests" / "data" / "cnn_split_costs_b64.json.gz",
+}
+
+
+def v100s(count: int = 4) -> DeviceSet:
+    return DeviceSet.parse(f"/device:GPU:0-{count - 1}", DEVICE_MODELS["V100-32GB"].memory)
+
+
+@pytest.mark.parametrize(
+    ("graph", "fingerprint"),
+    [
+        ("tensor_holography", "9300a829c119c54f"),
+        ("inception_v3", "54ede2f3a4b3a57c"),
+        ("cnn", "e1ce0e6375d6a0b4"),
+    ],
+)
+def test_layerwise_chooses_the_same_plan_as_before(graph: str, fingerprint: str) -> None:
+    placement = place_cost_graph(load_json(GRAPHS[graph]), v100s(), "layerwise")
+    assert decision_fingerprint(placement) == fingerprint
+
+
+@pytest.mark.parametrize(
+    ("graph", "step_time"), [("tensor_holography", 0.25729045857424815), ("cnn", 0.0021523726894959283)]
+)
+def test_auto_finds_the_same_step_as_before(graph: str, step_time: float) -> None:
+    placement = place_cost_graph(load_json(GRAPHS[graph]), v100s(), "auto")
+    assert placement.step_time == pytest.approx(step_time, rel=1e-9)
