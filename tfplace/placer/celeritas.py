@@ -9,6 +9,7 @@ their ops, each co-location group whole on the device of its first placed op.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,8 +18,20 @@ import numpy as np
 from tfplace.core.costgraph import ccr
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph, index_graph
-from tfplace.core.orders import cpd_topo_order, kahn_order, leaders_first
-from tfplace.placer.adjusting import ClusterSchedule, adjusting_placement, order_place_clusters
+from tfplace.core.orders import (
+    average_parallelism,
+    cpd_topo_order,
+    heavy_input_order,
+    kahn_order,
+    leaders_first,
+)
+from tfplace.placer.adjusting import (
+    ClusterPlacer,
+    ClusterSchedule,
+    adjusting_placement,
+    balanced_fill,
+    order_place_clusters,
+)
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import Fusion, fuse
 from tfplace.placer.ledger import MemoryLedger, Replay
@@ -36,7 +49,9 @@ DEFAULT_EXPLORATION_RANGE = 200
 #: group went whatever memory is left then; filling less leaves them room.
 FILL_BISECTIONS = 6
 
-ClusterPlacer = Callable[[IndexedGraph, Sequence[Sequence[int]], MemoryLedger], ClusterSchedule]
+#: The fastest candidates that fill several devices whose boundaries are refined (the fastest
+#: before refinement is not always the fastest after it).
+REFINED_CANDIDATES = 2
 
 
 def celeritas(
@@ -98,6 +113,10 @@ def order_place(
         [order_place_clusters],
         False,
     )
+
+
+def _heavy_input_cpd_order(graph: IndexedGraph) -> list[int]:
+    return heavy_input_order(graph, cpd_topo_order(graph))
 
 
 def _fits_devices(ledger: MemoryLedger) -> bool:
@@ -168,12 +187,22 @@ def _fuse_and_place(
     candidates = place(cpd_topo_order, cluster_placers)
     if search and _targets_filled(candidates[-1].ledger) > 1:
         candidates += place(kahn_order, [order_place_clusters])
-    best = min(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
-    fusion, ledger, schedule = best.fusion, best.ledger, best.schedule
-    refined = None
-    if search and _fits_devices(ledger) and _targets_filled(ledger) > 1:
-        refined = refine_boundaries(ledger, best.coarse, fusion.members, schedule.devices)
-    ledger = refined if refined is not None else ledger
+    stages = min(len(devices), math.ceil(average_parallelism(graph))) if search else 1
+    if stages > 1:
+        candidates += place(_heavy_input_cpd_order, [balanced_fill(k) for k in range(2, stages + 1)])
+    ranked = sorted(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
+    best, ledger, refined = ranked[0], ranked[0].ledger, None
+    spread = (
+        [c for c in ranked if _fits_devices(c.ledger) and _targets_filled(c.ledger) > 1] if search else []
+    )
+    for candidate in spread[:REFINED_CANDIDATES]:
+        result = refine_boundaries(
+            candidate.ledger, candidate.coarse, candidate.fusion.members, candidate.schedule.devices
+        )
+        final = result if result is not None else candidate.ledger
+        if final.replayed().makespan < ledger.replayed().makespan:
+            best, ledger, refined = candidate, final, result
+    fusion, schedule = best.fusion, best.schedule
     compute = float(graph.compute.sum())
     return PlacerOutput(
         op_devices=ledger.op_devices(),
