@@ -21,7 +21,7 @@ All functions take an :class:`~tfplace.core.indexed.IndexedGraph` and return op 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any
@@ -149,7 +149,14 @@ def heavy_input_order(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
         f = family[v]
         if rank[f] == len(graph):
             rank[f] = position[v]
-    key = [(rank[family[v]], position[v], v) for v in range(len(graph))]
+    # an op no other op takes as its heaviest input (an input fed to a layer) goes with the
+    # earliest family it feeds
+    members = Counter(family)
+    first = [rank[f] for f in family]
+    for v in reversed(order):
+        if members[family[v]] == 1 and graph.succ[v]:
+            first[v] = min(first[w] for w in graph.succ[v])
+    key = [(first[v], position[v], v) for v in range(len(graph))]
     waiting = [len(p) for p in graph.pred]
     ready = [key[v] for v in range(len(graph)) if not waiting[v]]
     heapify(ready)
@@ -209,7 +216,11 @@ def average_parallelism(graph: IndexedGraph) -> float:
     pred = graph.pred
     finish = [0.0] * len(graph)
     for v in kahn_order(graph):
-        finish[v] = max([finish[p] for p in pred[v]], default=0.0) + compute[v]
+        ready = 0.0
+        for p in pred[v]:
+            if finish[p] > ready:
+                ready = finish[p]
+        finish[v] = ready + compute[v]
     longest = max(finish, default=0.0)
     return float(graph.compute.sum()) / longest if longest > 0 else 0.0
 

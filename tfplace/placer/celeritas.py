@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +48,11 @@ DEFAULT_EXPLORATION_RANGE = 200
 #: co-placed with their forward ops, weight gradients held until the update) and must run where the
 #: group went whatever memory is left then; filling less leaves them room.
 FILL_BISECTIONS = 6
+
+#: The pipeline candidate's clusters hold at most this share of a stage's ops (``R`` lowered to
+#: ``n / (CLUSTERS_PER_STAGE * stages)`` on small graphs), so that the compute-balanced cut has
+#: clusters to choose among.
+CLUSTERS_PER_STAGE = 4
 
 #: The fastest candidates that fill several devices whose boundaries are refined (the fastest
 #: before refinement is not always the fastest after it).
@@ -119,6 +124,14 @@ def _heavy_input_cpd_order(graph: IndexedGraph) -> list[int]:
     return heavy_input_order(graph, cpd_topo_order(graph))
 
 
+def _filled_first_device(candidate: _Candidate) -> bool:
+    """Whether the candidate put every cluster on device 0, each with room there, filling all of
+    its memory: Order-Place, which fills device 0 first, makes that same placement (one fewer
+    placement of the ops to compute)."""
+    schedule = candidate.schedule
+    return candidate.share == 1.0 and not schedule.best_effort and not any(schedule.devices)
+
+
 def _fits_devices(ledger: MemoryLedger) -> bool:
     """Whether every target's estimated peak is within its memory (the margin of
     :data:`~tfplace.placer.ledger.LIVENESS_MARGIN` is for deciding, not for this final check)."""
@@ -169,27 +182,38 @@ def _fuse_and_place(
     replays: dict[bytes, Replay] = {}
 
     def place(
-        order: Callable[[IndexedGraph], list[int]], placers: Sequence[ClusterPlacer]
+        order: Callable[[IndexedGraph], list[int]],
+        placers: Sequence[ClusterPlacer],
+        reach: int = exploration_range,
     ) -> list[_Candidate]:
-        fusion = fuse(graph, leaders_first(graph, order(graph)), exploration_range, memory_cap)
+        fusion = fuse(graph, leaders_first(graph, order(graph)), reach, memory_cap)
         coarse = index_graph(fusion.coarse)
-        return [
-            _Candidate(
-                fusion,
-                coarse,
-                placer,
-                order,
-                *_place_within_memory(graph, devices, coarse, fusion.members, memory_model, placer, replays),
+        placed: list[_Candidate] = []
+        for placer in placers:
+            if placer is order_place_clusters and placed and _filled_first_device(placed[-1]):
+                placed.append(replace(placed[-1], placer=placer))
+                continue
+            placed.append(
+                _Candidate(
+                    fusion,
+                    coarse,
+                    placer,
+                    order,
+                    *_place_within_memory(
+                        graph, devices, coarse, fusion.members, memory_model, placer, replays
+                    ),
+                )
             )
-            for placer in placers
-        ]
+        return placed
 
     candidates = place(cpd_topo_order, cluster_placers)
     if search and _targets_filled(candidates[-1].ledger) > 1:
         candidates += place(kahn_order, [order_place_clusters])
-    stages = min(len(devices), math.ceil(average_parallelism(graph))) if search else 1
+    parallelism = average_parallelism(graph) if search and len(devices) > 1 else 1.0
+    stages = min(len(devices), math.ceil(parallelism)) if parallelism >= 2 else 1
     if stages > 1:
-        candidates += place(_heavy_input_cpd_order, [balanced_fill(k) for k in range(2, stages + 1)])
+        reach = max(1, min(exploration_range, len(graph) // (CLUSTERS_PER_STAGE * stages)))
+        candidates += place(_heavy_input_cpd_order, [balanced_fill(k) for k in range(2, stages + 1)], reach)
     ranked = sorted(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
     best, ledger, refined = ranked[0], ranked[0].ledger, None
     spread = (
