@@ -10,7 +10,7 @@ from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.orders import average_parallelism, cpd_topo_order, heavy_input_order
 from tfplace.placer.adjusting import balanced_fill
-from tfplace.placer.celeritas import celeritas
+from tfplace.placer.celeritas import celeritas, order_place
 from tfplace.placer.fusion import fuse
 from tfplace.placer.ledger import MemoryLedger
 from tfplace.simulator import simulate
@@ -104,3 +104,16 @@ def test_average_parallelism_is_one_for_a_chain_and_the_count_of_equal_independe
 def test_average_parallelism_of_the_unrolled_network_is_its_cells_over_the_longest_wavefront():
     indexed = index_graph(unrolled_rnn())
     assert average_parallelism(indexed) == pytest.approx(LAYERS * STEPS / (LAYERS + STEPS - 1))
+
+
+def test_order_place_candidate_reused_from_adjusting_placement_on_one_device_is_order_place_itself():
+    graph = chain_graph([1, 2, 3, 4], [1, 1, 1])
+    devices = DeviceSet.parse("/device:GPU:0-1", 10**9, intra_host=UNIT_LINK)
+    indexed = index_graph(graph)
+    output = celeritas(indexed, devices)
+    candidates = {c[:2]: c[2] for c in output.details["candidates"]}
+    alone = order_place(indexed, devices)
+    assert set(alone.op_devices.tolist()) == {0}
+    assert candidates["cpd_topo_order", "order_place_clusters"] == pytest.approx(
+        simulate(indexed, alone.op_devices, devices).makespan
+    )

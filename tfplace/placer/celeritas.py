@@ -90,6 +90,17 @@ def celeritas(
     (:func:`~tfplace.placer.refine.refine_boundaries`, ``details["refined"]``; ``cluster_devices``
     and ``schedule`` stay the candidate's).
 
+    A pipeline candidate (in the spirit of Order-Place, section 6.2.2, with a compute target
+    instead of the memory fill): when the step's average parallelism (total compute over the
+    longest path's, :func:`~tfplace.core.orders.average_parallelism`) is 2 or more, Celeritas fuses
+    along :func:`~tfplace.core.orders.heavy_input_order` of CPD-TOPO (Algorithm 1's fusion on an
+    order that keeps together the ops sharing a heavy input, such as the time steps of an unrolled
+    layer, which all read its weights) and cuts the clusters into ``k = 2 .. ceil(parallelism)``
+    contiguous runs of equal compute, run ``i`` on device ``i``
+    (:func:`~tfplace.placer.adjusting.balanced_fill`): a layer pipeline, which CPD-TOPO's clusters
+    (one time step across all layers) never yield. The :data:`REFINED_CANDIDATES` fastest candidates
+    that fill several devices are refined, and the fastest result is kept.
+
     ``details["cluster_placer"]`` and ``details["fusion_order"]`` name the candidate kept,
     ``details["candidates"]`` lists each one considered (fusion order, cluster placer, estimated
     makespan, whether it fits). Without the guard Celeritas is the paper's (CPD-TOPO, Adjusting
@@ -121,6 +132,7 @@ def order_place(
 
 
 def _heavy_input_cpd_order(graph: IndexedGraph) -> list[int]:
+    """CPD-TOPO regrouped by heavy inputs (:func:`~tfplace.core.orders.heavy_input_order`)."""
     return heavy_input_order(graph, cpd_topo_order(graph))
 
 
@@ -176,8 +188,9 @@ def _fuse_and_place(
 ) -> PlacerOutput:
     """Fuse along CPD-TOPO and place with each of ``cluster_placers``; keep the candidate that fits,
     then the fastest. With ``search``, when the last of them (Order-Place) filled more than one
-    target, also fuse along Kahn's order and fill with Order-Place, and refine the boundaries of
-    the kept placement when it fills more than one (:func:`celeritas`)."""
+    target, also fuse along Kahn's order and fill with Order-Place; when the step's average
+    parallelism is 2 or more, add the pipeline candidates; refine the boundaries of the fastest
+    ones that fill more than one target (:func:`celeritas`)."""
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
     replays: dict[bytes, Replay] = {}
 
