@@ -55,8 +55,11 @@ FILL_BISECTIONS = 6
 CLUSTERS_PER_STAGE = 4
 
 #: The fastest candidates that fill several devices whose boundaries are refined (the fastest
-#: before refinement is not always the fastest after it).
+#: before refinement is not always the fastest after it), those within ``REFINED_WITHIN`` of the
+#: fastest one's makespan (a refinement gains a few percent; each costs up to
+#: :data:`~tfplace.placer.refine.MAX_MOVES` replays).
 REFINED_CANDIDATES = 2
+REFINED_WITHIN = 0.05
 
 
 def celeritas(
@@ -99,7 +102,8 @@ def celeritas(
     contiguous runs of equal compute, run ``i`` on device ``i``
     (:func:`~tfplace.placer.adjusting.balanced_fill`): a layer pipeline, which CPD-TOPO's clusters
     (one time step across all layers) never yield. The :data:`REFINED_CANDIDATES` fastest candidates
-    that fill several devices are refined, and the fastest result is kept.
+    that fill several devices (within :data:`REFINED_WITHIN` of the fastest) are refined, and the
+    fastest result is kept.
 
     ``details["cluster_placer"]`` and ``details["fusion_order"]`` name the candidate kept,
     ``details["candidates"]`` lists each one considered (fusion order, cluster placer, estimated
@@ -232,7 +236,8 @@ def _fuse_and_place(
     spread = (
         [c for c in ranked if _fits_devices(c.ledger) and _targets_filled(c.ledger) > 1] if search else []
     )
-    for candidate in spread[:REFINED_CANDIDATES]:
+    near = [c for c in spread if c.makespan <= (1 + REFINED_WITHIN) * spread[0].makespan] if spread else []
+    for candidate in near[:REFINED_CANDIDATES]:
         result = refine_boundaries(
             candidate.ledger, candidate.coarse, candidate.fusion.members, candidate.schedule.devices
         )
