@@ -7,6 +7,10 @@
   decreasing ``cpath = tlevel + blevel`` (Eq. 2-3) and whose children are pushed on the head in
   increasing ``cpath``, so the child on the critical path comes next.
 
+* :func:`heavy_input_order` keeps together the ops that share a heavy input (the time steps of an
+  unrolled recurrent layer, which all read the layer's weights): each op joins the family of the
+  producer of its heaviest input, and a ready op of an earlier family goes first.
+
 * :func:`leaders_first` delays, within any of them, the gradient ops co-placed with a forward op
   (``graph.follower``) until an op of their group that is no follower came, so that placers which
   give a group the device of its first op in the order let the forward op decide.
@@ -17,9 +21,9 @@ All functions take an :class:`~tfplace.core.indexed.IndexedGraph` and return op 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -28,10 +32,12 @@ from tfplace.core.costgraph import CostGraphError
 from tfplace.core.indexed import IndexedGraph
 
 __all__ = [
+    "average_parallelism",
     "bottom_levels",
     "cpd_topo_order",
     "critical_path_lengths",
     "dfs_topo_order",
+    "heavy_input_order",
     "kahn_order",
     "leaders_first",
     "top_levels",
@@ -109,6 +115,64 @@ def leaders_first(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
     return result
 
 
+def heavy_input_order(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
+    """A topological order that emits the ops of one heavy-input family together, the families in
+    the order ``order`` first reaches them, and within a family as close to ``order`` as allowed.
+
+    An op's *family* is that of the producer of its costliest input edge (largest transfer time
+    ``c_ij`` of Eq. 1; a source, or an op whose inputs cost nothing, starts its own family): the
+    tensor it would cost most to receive from another device. Every time step of an unrolled
+    recurrent layer multiplies by the layer's weights, so the layer's time steps (and the ops fed
+    by them) form one family, while ``order`` (CPD-TOPO) follows the critical path across the
+    layers time step by time step. Fusion along this order (Celeritas Algorithm 1) then yields
+    clusters of one layer, whose contiguous runs are the layers of a pipeline. ``order`` is any
+    topological order; ties of edge cost go to the first input.
+    """
+    position = [0] * len(graph)
+    for i, op in enumerate(order):
+        position[op] = i
+    family = list(range(len(graph)))
+    for v in order:
+        times = graph.pred_time[v]
+        if times:
+            heaviest = max(range(len(times)), key=times.__getitem__)
+            if times[heaviest] > 0:
+                family[v] = family[graph.pred[v][heaviest]]
+    # a family's rank: where ``order`` first reaches one of its ops fed by another family (a
+    # layer's weights, sources, are read early; its first time step runs when its input came)
+    rank = [len(graph)] * len(graph)
+    for v in order:
+        f = family[v]
+        if rank[f] == len(graph) and any(family[p] != f for p in graph.pred[v]):
+            rank[f] = position[v]
+    for v in order:
+        f = family[v]
+        if rank[f] == len(graph):
+            rank[f] = position[v]
+    # an op no other op takes as its heaviest input (an input fed to a layer) goes with the
+    # earliest family it feeds
+    members = Counter(family)
+    first = [rank[f] for f in family]
+    for v in reversed(order):
+        if members[family[v]] == 1 and graph.succ[v]:
+            first[v] = min(first[w] for w in graph.succ[v])
+    key = [(first[v], position[v], v) for v in range(len(graph))]
+    waiting = [len(p) for p in graph.pred]
+    ready = [key[v] for v in range(len(graph)) if not waiting[v]]
+    heapify(ready)
+    result: list[int] = []
+    succ = graph.succ
+    while ready:
+        v = heappop(ready)[2]
+        result.append(v)
+        for w in succ[v]:
+            left = waiting[w] = waiting[w] - 1
+            if not left:
+                heappush(ready, key[w])
+    _check_complete(graph, result)
+    return result
+
+
 def top_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np.ndarray:
     """``tlevel`` of Eq. 2: the longest path from a source to each op, excluding the op itself.
 
@@ -143,6 +207,22 @@ def bottom_levels(graph: IndexedGraph, order: Sequence[int] | None = None) -> np
                 best = candidate
         blevel[u] = best + compute[u]
     return np.asarray(blevel)
+
+
+def average_parallelism(graph: IndexedGraph) -> float:
+    """Total compute over the longest path's compute, transfers free: how many devices the ops
+    could keep busy on average (``1`` for a chain; ``0`` for a graph without compute)."""
+    compute = graph.compute.tolist()
+    pred = graph.pred
+    finish = [0.0] * len(graph)
+    for v in kahn_order(graph):
+        ready = 0.0
+        for p in pred[v]:
+            if finish[p] > ready:
+                ready = finish[p]
+        finish[v] = ready + compute[v]
+    longest = max(finish, default=0.0)
+    return float(graph.compute.sum()) / longest if longest > 0 else 0.0
 
 
 def critical_path_lengths(graph: IndexedGraph) -> np.ndarray:

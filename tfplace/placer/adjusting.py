@@ -10,8 +10,10 @@ device ``d_k`` unless another device ``d_1`` lets it start earlier by more than 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph
@@ -20,7 +22,7 @@ from tfplace.placer.ledger import MemoryLedger
 from tfplace.placer.sequential import next_fill_device
 from tfplace.placer.timeline import Timeline
 
-__all__ = ["ClusterSchedule", "adjusting_placement", "order_place_clusters"]
+__all__ = ["ClusterPlacer", "ClusterSchedule", "adjusting_placement", "balanced_fill", "order_place_clusters"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class ClusterSchedule:
     @property
     def makespan(self) -> float:
         return max(self.finish, default=0.0)
+
+
+#: A placer of the clusters of a coarse graph (``members[c]``: cluster ``c``'s ops) on the ledger.
+ClusterPlacer = Callable[[IndexedGraph, Sequence[Sequence[int]], MemoryLedger], ClusterSchedule]
 
 
 class _Scheduler:
@@ -198,3 +204,45 @@ def order_place_clusters(
         start = scheduler.earliest_start(v, chosen)
         scheduler.commit(v, members[v], groups, chosen, start, start)
     return scheduler.schedule()
+
+
+def balanced_fill(parts: int) -> ClusterPlacer:
+    """Order-Place with a compute target instead of the memory limit: the clusters, in CPD-TOPO
+    order of the coarse graph, are cut into ``parts`` contiguous runs of about equal compute, run
+    ``k`` on device ``k`` (the layers of a pipeline when the clusters follow the layers, as they do
+    along :func:`~tfplace.core.orders.heavy_input_order`).
+
+    A cluster's compute is that of the co-location groups it places (a forward op brings its
+    co-placed gradient ops); it goes to the run its compute's midpoint falls in, or, when that
+    device lacks memory, to the next one with room (:func:`~tfplace.placer.sequential.next_fill_device`).
+    A cluster whose ops are placed already goes where they are, as in :func:`order_place_clusters`.
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+
+    def place(
+        coarse: IndexedGraph, members: Sequence[Sequence[int]], ledger: MemoryLedger
+    ) -> ClusterSchedule:
+        graph = ledger.graph
+        group_compute = np.bincount(graph.group, weights=graph.compute, minlength=len(graph.group_members))
+        target = float(graph.compute.sum()) / parts
+        scheduler = _Scheduler(coarse, ledger)
+        current, filled = 0, 0.0
+        for v in range(len(coarse)):  # the fusion's order (topological, Lemma 2)
+            groups = ledger.new_groups(members[v])
+            added = float(group_compute[groups].sum()) if groups else 0.0
+            chosen = _pinned_device(ledger, groups, members[v])
+            forced = False
+            if chosen is None:
+                run = min(int((filled + added / 2) / target) if target > 0 else 0, parts - 1)
+                current = max(current, run)
+                chosen, _, forced = next_fill_device(ledger, groups, current % ledger.num_targets, members[v])
+            filled += added
+            if forced:
+                scheduler.best_effort.append(v)
+            start = scheduler.earliest_start(v, chosen)
+            scheduler.commit(v, members[v], groups, chosen, start, start)
+        return scheduler.schedule()
+
+    place.__name__ = f"balanced_fill_{parts}"
+    return place

@@ -9,16 +9,29 @@ their ops, each co-location group whole on the device of its first placed op.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tfplace.core.costgraph import ccr
 from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import IndexedGraph, index_graph
-from tfplace.core.orders import cpd_topo_order, kahn_order, leaders_first
-from tfplace.placer.adjusting import ClusterSchedule, adjusting_placement, order_place_clusters
+from tfplace.core.orders import (
+    average_parallelism,
+    cpd_topo_order,
+    heavy_input_order,
+    kahn_order,
+    leaders_first,
+)
+from tfplace.placer.adjusting import (
+    ClusterPlacer,
+    ClusterSchedule,
+    adjusting_placement,
+    balanced_fill,
+    order_place_clusters,
+)
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import Fusion, fuse
 from tfplace.placer.ledger import MemoryLedger, Replay
@@ -36,7 +49,17 @@ DEFAULT_EXPLORATION_RANGE = 200
 #: group went whatever memory is left then; filling less leaves them room.
 FILL_BISECTIONS = 6
 
-ClusterPlacer = Callable[[IndexedGraph, Sequence[Sequence[int]], MemoryLedger], ClusterSchedule]
+#: The pipeline candidate's clusters hold at most this share of a stage's ops (``R`` lowered to
+#: ``n / (CLUSTERS_PER_STAGE * stages)`` on small graphs), so that the compute-balanced cut has
+#: clusters to choose among.
+CLUSTERS_PER_STAGE = 4
+
+#: The fastest candidates that fill several devices whose boundaries are refined (the fastest
+#: before refinement is not always the fastest after it), those within ``REFINED_WITHIN`` of the
+#: fastest one's makespan (a refinement gains a few percent; each costs up to
+#: :data:`~tfplace.placer.refine.MAX_MOVES` replays).
+REFINED_CANDIDATES = 2
+REFINED_WITHIN = 0.05
 
 
 def celeritas(
@@ -70,6 +93,18 @@ def celeritas(
     (:func:`~tfplace.placer.refine.refine_boundaries`, ``details["refined"]``; ``cluster_devices``
     and ``schedule`` stay the candidate's).
 
+    A pipeline candidate (in the spirit of Order-Place, section 6.2.2, with a compute target
+    instead of the memory fill): when the step's average parallelism (total compute over the
+    longest path's, :func:`~tfplace.core.orders.average_parallelism`) is 2 or more, Celeritas fuses
+    along :func:`~tfplace.core.orders.heavy_input_order` of CPD-TOPO (Algorithm 1's fusion on an
+    order that keeps together the ops sharing a heavy input, such as the time steps of an unrolled
+    layer, which all read its weights) and cuts the clusters into ``k = 2 .. ceil(parallelism)``
+    contiguous runs of equal compute, run ``i`` on device ``i``
+    (:func:`~tfplace.placer.adjusting.balanced_fill`): a layer pipeline, which CPD-TOPO's clusters
+    (one time step across all layers) never yield. The :data:`REFINED_CANDIDATES` fastest candidates
+    that fill several devices (within :data:`REFINED_WITHIN` of the fastest) are refined, and the
+    fastest result is kept.
+
     ``details["cluster_placer"]`` and ``details["fusion_order"]`` name the candidate kept,
     ``details["candidates"]`` lists each one considered (fusion order, cluster placer, estimated
     makespan, whether it fits). Without the guard Celeritas is the paper's (CPD-TOPO, Adjusting
@@ -98,6 +133,19 @@ def order_place(
         [order_place_clusters],
         False,
     )
+
+
+def _heavy_input_cpd_order(graph: IndexedGraph) -> list[int]:
+    """CPD-TOPO regrouped by heavy inputs (:func:`~tfplace.core.orders.heavy_input_order`)."""
+    return heavy_input_order(graph, cpd_topo_order(graph))
+
+
+def _filled_first_device(candidate: _Candidate) -> bool:
+    """Whether the candidate put every cluster on device 0, each with room there, filling all of
+    its memory: Order-Place, which fills device 0 first, makes that same placement (one fewer
+    placement of the ops to compute)."""
+    schedule = candidate.schedule
+    return candidate.share == 1.0 and not schedule.best_effort and not any(schedule.devices)
 
 
 def _fits_devices(ledger: MemoryLedger) -> bool:
@@ -144,36 +192,59 @@ def _fuse_and_place(
 ) -> PlacerOutput:
     """Fuse along CPD-TOPO and place with each of ``cluster_placers``; keep the candidate that fits,
     then the fastest. With ``search``, when the last of them (Order-Place) filled more than one
-    target, also fuse along Kahn's order and fill with Order-Place, and refine the boundaries of
-    the kept placement when it fills more than one (:func:`celeritas`)."""
+    target, also fuse along Kahn's order and fill with Order-Place; when the step's average
+    parallelism is 2 or more, add the pipeline candidates; refine the boundaries of the fastest
+    ones that fill more than one target (:func:`celeritas`)."""
     memory_cap = cluster_memory if cluster_memory is not None else min(d.memory for d in devices) / 4
     replays: dict[bytes, Replay] = {}
 
     def place(
-        order: Callable[[IndexedGraph], list[int]], placers: Sequence[ClusterPlacer]
+        order: Callable[[IndexedGraph], list[int]],
+        placers: Sequence[ClusterPlacer],
+        reach: int = exploration_range,
     ) -> list[_Candidate]:
-        fusion = fuse(graph, leaders_first(graph, order(graph)), exploration_range, memory_cap)
+        fusion = fuse(graph, leaders_first(graph, order(graph)), reach, memory_cap)
         coarse = index_graph(fusion.coarse)
-        return [
-            _Candidate(
-                fusion,
-                coarse,
-                placer,
-                order,
-                *_place_within_memory(graph, devices, coarse, fusion.members, memory_model, placer, replays),
+        placed: list[_Candidate] = []
+        for placer in placers:
+            if placer is order_place_clusters and placed and _filled_first_device(placed[-1]):
+                placed.append(replace(placed[-1], placer=placer))
+                continue
+            placed.append(
+                _Candidate(
+                    fusion,
+                    coarse,
+                    placer,
+                    order,
+                    *_place_within_memory(
+                        graph, devices, coarse, fusion.members, memory_model, placer, replays
+                    ),
+                )
             )
-            for placer in placers
-        ]
+        return placed
 
     candidates = place(cpd_topo_order, cluster_placers)
     if search and _targets_filled(candidates[-1].ledger) > 1:
         candidates += place(kahn_order, [order_place_clusters])
-    best = min(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
-    fusion, ledger, schedule = best.fusion, best.ledger, best.schedule
-    refined = None
-    if search and _fits_devices(ledger) and _targets_filled(ledger) > 1:
-        refined = refine_boundaries(ledger, best.coarse, fusion.members, schedule.devices)
-    ledger = refined if refined is not None else ledger
+    parallelism = average_parallelism(graph) if search and len(devices) > 1 else 1.0
+    stages = min(len(devices), math.ceil(parallelism)) if parallelism >= 2 else 1
+    if stages > 1:
+        reach = max(1, min(exploration_range, len(graph) // (CLUSTERS_PER_STAGE * stages)))
+        candidates += place(_heavy_input_cpd_order, [balanced_fill(k) for k in range(2, stages + 1)], reach)
+    ranked = sorted(candidates, key=lambda c: (not _fits_devices(c.ledger), c.makespan))
+    best, ledger, refined = ranked[0], ranked[0].ledger, None
+    spread = (
+        [c for c in ranked if _fits_devices(c.ledger) and _targets_filled(c.ledger) > 1] if search else []
+    )
+    near = [c for c in spread if c.makespan <= (1 + REFINED_WITHIN) * spread[0].makespan] if spread else []
+    for candidate in near[:REFINED_CANDIDATES]:
+        result = refine_boundaries(
+            candidate.ledger, candidate.coarse, candidate.fusion.members, candidate.schedule.devices
+        )
+        final = result if result is not None else candidate.ledger
+        if final.replayed().makespan < ledger.replayed().makespan:
+            best, ledger, refined = candidate, final, result
+    fusion, schedule = best.fusion, best.schedule
     compute = float(graph.compute.sum())
     return PlacerOutput(
         op_devices=ledger.op_devices(),
