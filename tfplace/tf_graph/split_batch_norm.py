@@ -27,14 +27,12 @@ all-reduce of a vector per channel.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tfplace.tf_graph.split_nodes import DT_INT32
-
-if TYPE_CHECKING:
-    from tfplace.tf_graph.split_rewriter import Rewriter
+from tfplace.tf_graph.split_pieces import Rewriter
 
 __all__ = ["Moments", "synchronized_batch_norm", "synchronized_batch_norm_grad"]
 
