@@ -18,7 +18,9 @@ whole-op placement split over the devices, ``auto``), the step is
   step in interleaved rounds, at least ``--timed_seconds`` each, so that a 5 ms step gets hundreds
   of steps. ``measured_s`` is the median step of both sessions; ``noise`` is the difference of
   the two sessions' medians over it: the same placement measured twice, the noise floor below
-  which the simulator's error means nothing. ``cpu_s`` is the CPU seconds per step of this
+  which the simulator's error means nothing. ``simulated_transfers`` counts the simulated step's
+  transfers between devices (tensors, and on loopback control messages), ``recv_calls`` the
+  ``RecvTensor`` calls of a traced real step on loopback (0 on virtual CPUs). ``cpu_s`` is the CPU seconds per step of this
   process and the workers (on a busy machine closer to a quiet machine's step than wall-clock
   time, where one thread runs the step).
 
@@ -104,6 +106,8 @@ COLUMNS = (
     "placement",
     "kind",
     "devices_used",
+    "simulated_transfers",
+    "recv_calls",
     "simulated_s",
     "measured_s",
     "error",
@@ -385,6 +389,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             "placement": placer,
             "kind": kind,
             "devices_used": len(used),
+            "simulated_transfers": result.transfers,
             "used": used,
             "simulated_s": result.makespan,
             "simulated_peaks": {d: int(result.peak_memory[devices.index(d)]) for d in used},
@@ -408,6 +413,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
                 logging.warning("%s: %d ops ran elsewhere than placed", placer, len(mismatches))
             row = rows[placer]
             row.update(steps=steps, load=loads, series=[series.wall for series in pair])
+            row["recv_calls"] = recv_calls(steady_traces[-1])
             row["cpu_s"] = statistics.mean(seconds for series in pair for seconds in series.cpu)
             row["allocator_runs"] = [
                 allocator_peaks(spec, placement, trace) for trace in first_traces[2 * index : 2 * index + 2]
@@ -416,6 +422,14 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     for row in rows.values():
         finish_row(row)
     return list(rows.values())
+
+
+def recv_calls(run_metadata) -> int:
+    """``RecvTensor`` calls of a traced step: the tensors and control messages the workers sent
+    each other over gRPC (0 between virtual CPUs), against ``simulated_transfers``."""
+    return sum(
+        node.node_name == "RecvTensor" for dev in run_metadata.step_stats.dev_stats for node in dev.node_stats
+    )
 
 
 def finish_row(row: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
-from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads
+from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, profiled_sum
 from tfplace.simulator import simulate
 
 HAND_OFF = TransferModel(k=0.0, b=5e-6, name="hand-off")
@@ -214,6 +214,14 @@ def test_the_per_op_overhead_is_the_slope_of_untraced_minus_traced_steps():
     untraced = [0.5e-6 * n + 80e-6 for n in ops]
     op_overhead, step_overhead = fit_op_overhead(ops, traced, untraced)
     assert op_overhead == pytest.approx(-0.3e-6) and step_overhead == pytest.approx(80e-6)
+
+
+def test_the_traced_time_of_a_chain_leaves_out_each_ops_preempted_runs_even_when_no_step_was_quiet():
+    # every step had one op preempted (+9 us): the smallest traced sum is 12 us, the ops as the
+    # profiler takes them (its per-op statistic over the steps) 1 + 1 + 1 us
+    times = {"a": [10e-6] + [1e-6] * 9, "b": [1e-6, 10e-6] + [1e-6] * 8, "c": [1e-6] * 2 + [10e-6] * 8}
+    assert min(map(sum, zip(*times.values()))) == pytest.approx(12e-6)
+    assert profiled_sum(times) == pytest.approx(3e-6)
 
 
 def test_a_step_never_costs_less_than_its_ops_so_a_negative_intercept_goes_through_zero():

@@ -250,6 +250,19 @@ def test_a_control_dependency_across_devices_costs_the_latency_and_no_channel():
     assert result.transfers == 1
 
 
+def test_on_a_link_the_devices_copy_over_control_dependencies_are_one_empty_tensor_per_receiving_device():
+    # a (GPU:0) orders x and y (GPU:1): TensorFlow sends one empty tensor, whose send and receive
+    # hold both devices copy_b = 1 s, then b - copy_b = 2 s on the way
+    graph = graph_from_edges([("a", "x", 0), ("a", "y", 0)])
+    link = TransferModel(k=1.0, b=3.0, copy_b=1.0)
+    result = simulate(graph, placed(graph, {"a": 0, "x": 1, "y": 1}), gpus(intra_host=link), record=True)
+    [message] = result.schedule.transfers
+    assert (message.bytes, message.start, message.end) == (0, pytest.approx(1), pytest.approx(2))
+    start = {task.op: task.start for task in result.schedule.ops}
+    assert sorted([start["x"], start["y"]]) == pytest.approx([1 + 3, 1 + 3 + 1])
+    assert result.transfers == 1 and result.bytes_moved == 0
+
+
 def test_a_control_dependency_on_one_device_costs_nothing():
     graph = graph_from_edges([("a", "x", 0)])
     result = simulate(graph, np.array([0, 0]), gpus(intra_host=SLOW_START))

@@ -50,7 +50,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    asked for only once it runs out of ready ops).
 3. **Control dependencies.** Across devices a control dependency (or a tensor of 0 bytes) is a
    message that arrives after the link's latency ``b`` and occupies no channel; on one device
-   it is satisfied when the producer ends.
+   it is satisfied when the producer ends. On a link whose devices do the transfers' work it is
+   an empty tensor sent like any other (send and receive tasks of ``copy_b``), once per producer
+   and receiving device: TensorFlow's graph partitioning sends it as a ``_Send``/``_Recv`` pair.
 4. **Memory.** A device holds the persistent bytes of its ops from time 0. An op allocates its
    outputs and its temporary bytes when it starts and frees the temporary bytes when it ends.
    An output slot is freed when the last of its consumers on the device and of its transfers

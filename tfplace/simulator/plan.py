@@ -6,7 +6,13 @@ Given where every op runs, :func:`plan_transfers` turns the graph's edges into
 * *transfers*: a tensor (producer op, output slot) sent once to each other device that has a
   consumer of it; an edge that carries bytes without naming a slot is a tensor of its own;
 * *signals*: a control dependency, or a tensor of 0 bytes, between two devices: a message that
-  costs the link's latency ``b`` and occupies no channel;
+  costs the link's latency ``b`` and occupies no channel; on a link whose devices do the transfers'
+  work (``device_copies``: gRPC between CPU workers) it is a *transfer* of 0 bytes instead, one per
+  producer and receiving device, since TensorFlow's graph partitioning sends a control dependency
+  between devices as an empty tensor (a ``_Send``/``_Recv`` pair, shared by the producer's control
+  edges to one device), and each costs both workers a ``RecvTensor`` call like any tensor (the small
+  NMT split over two workers: 84 tensors and 15 such messages, 98 ``RecvTensor`` calls per step;
+  Tensor Holography's batch-norm updates: 60 and 49, 105 calls);
 * *buffers*: each output slot of each op on its device, and each received tensor on its receiver,
   with the number of holders that must release it before it is freed (between devices of a host
   with ``shared_host_memory``, a received tensor is a buffer of 0 bytes holding the sender's); an output slot that is an
@@ -157,6 +163,7 @@ def plan_transfers(graph: IndexedGraph, placed: Sequence[int], devices: DeviceSe
         base = slot_base[u]
         every_slot = range(base, base + len(sizes))
         tensors: dict[tuple[int, int], int] = {}  # (slot, device) -> transfer
+        messages: dict[int, int] = {}  # device -> transfer of the empty tensor
         for v, nbytes, slots, count in zip(
             graph.succ[u], graph.succ_bytes[u], graph.succ_slots[u], graph.succ_transfers[u]
         ):
@@ -191,7 +198,14 @@ def plan_transfers(graph: IndexedGraph, placed: Sequence[int], devices: DeviceSe
                             plan, route_of, devices, link, u, s, du, dv, size, 1, (base + s,)
                         )
                     _deliver(plan, t, v)
-            if not sent:  # a control dependency, or tensors of 0 bytes: a message of latency b
+            if sent:
+                continue
+            if link.device_copies:  # an empty tensor that the devices send and receive like any
+                t = messages.get(dv, -1)
+                if t < 0:
+                    t = messages[dv] = _add_transfer(plan, route_of, devices, link, u, None, du, dv, 0, 1, ())
+                _deliver(plan, t, v)
+            else:  # a control dependency, or tensors of 0 bytes: a message of latency b
                 signals[u].append((v, link.b))
                 pending[v] += 1
     _share_aliased_buffers(graph, placed, plan)
