@@ -57,8 +57,8 @@ from tfplace.core.transfer import TransferModel
 from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
-from tfplace.split.feeds import feed_host
 from tfplace.split.costs import piece_time, scaling_of
+from tfplace.split.feeds import feed_host
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import FED_WHOLE, PARTIAL, REPLICA, REPLICATED, SHAPE_INPUT, SHAPE_OPS, Layout
 
