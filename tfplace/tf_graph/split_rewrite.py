@@ -28,8 +28,9 @@ pooling's border windows. What depends on the whole batch stays exact by running
 (:func:`~tfplace.tf_graph.split_refusal.keeps_whole`: batch norm in training mode, fed
 placeholders, resource reads). A split fed placeholder runs whole on the host CPU of its first
 piece's task (:func:`~tfplace.split.feeds.feed_host`), where the slices each piece reads are cut,
-so that each device receives only its slice, as the plan's simulation assumes; an op the plan runs as replicas (``"replica"``) runs once, on its
-first device, and every device that reads it receives it once, which computes what replicas would.
+so that each device receives only its slice, as the plan's simulation assumes. An op the plan runs
+as replicas (``"replica"``) runs once, on its first device, and every device that reads it receives
+it once, which computes what replicas would.
 Plans the rewrite cannot run are refused with a one-line ``ValueError`` naming the op
 (:func:`~tfplace.tf_graph.split_refusal.refusal`), the user's graph untouched.
 """
