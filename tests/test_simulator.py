@@ -110,6 +110,24 @@ def test_a_shared_bus_runs_one_transfer_at_a_time_in_a_host():
     assert shared.makespan == pytest.approx(separate.makespan + 5)
 
 
+def test_the_host_sends_to_each_gpu_over_that_gpus_own_link_at_the_same_time():
+    # host memory feeds every GPU's link at once (a fed batch's slices); a shared bus still serializes
+    graph = graph_from_edges([("a", "x", 5), ("a", "y", 5)])
+    host = gpus(2).index("/job:localhost/replica:0/task:0/device:CPU:0")
+    placement = placed(graph, {"a": host, "x": 0, "y": 1})
+    separate = simulate(graph, placement, gpus(2), record=True)
+    shared = simulate(graph, placement, gpus(2, shared_bus=True), record=True)
+    assert transfer_starts(separate) == [1, 1]
+    assert transfer_starts(shared) == [1, 6]
+
+
+def test_a_gpus_link_to_the_host_carries_one_transfer_at_a_time():
+    graph = graph_from_edges([("a", "x", 5), ("b", "x", 5)])
+    host = gpus(2).index("/job:localhost/replica:0/task:0/device:CPU:0")
+    result = simulate(graph, placed(graph, {"a": host, "b": 1, "x": 0}), gpus(2), record=True)
+    assert transfer_starts(result) == [1, 6]
+
+
 def test_a_waiting_transfer_does_not_hold_back_one_whose_channels_are_free():
     # a -> x (GPU:1) is produced first but GPU:1's incoming channel is busy with b's tensor;
     # c's tensor from GPU:0 to GPU:2 goes ahead on GPU:0's free outgoing channel.

@@ -60,9 +60,9 @@ def test_the_data_parallel_step_moves_the_fed_slice_the_all_reduced_gradient_and
     graph = small_cnn_graph()
     plan = data_parallel_plan(graph, GPUS)
     simulate_plan(graph, plan)
-    # the images are fed on the first device (as the rewrite feeds them), the second receives its
+    # the images are fed into host memory (as the rewrite feeds them), each device receives its
     # half (4000 bytes); a ring all-reduce of the 400-byte gradient; the 4-byte loss summed on both
-    assert plan.bytes_moved == 4000 + 2 * 200 * 2 + 2 * 4
+    assert plan.bytes_moved == 2 * 4000 + 2 * 200 * 2 + 2 * 4
 
 
 def test_a_sum_of_weight_gradients_stays_partial_and_is_all_reduced_once():
@@ -75,7 +75,7 @@ def test_a_sum_of_weight_gradients_stays_partial_and_is_all_reduced_once():
     plan = data_parallel_plan(graph, GPUS)
     assert plan.splits["dw_total"].dimension == "reduction"
     simulate_plan(graph, plan)
-    assert plan.bytes_moved == 4000 + 2 * 200 * 2 + 2 * 4  # the fed half, one all-reduce, the loss
+    assert plan.bytes_moved == 2 * 4000 + 2 * 200 * 2 + 2 * 4  # fed halves, one all-reduce, the loss
 
 
 def test_on_devices_of_unequal_speed_proportional_pieces_beat_equal_ones():

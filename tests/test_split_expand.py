@@ -40,9 +40,9 @@ def test_data_parallelism_halves_compute_and_all_reduces_the_weight_gradient():
     one = simulate(graph, {op: NAMES[0] for op in graph}, GPUS).makespan
     assert result.makespan < 0.55 * one
     # A ring all-reduce moves 2 (k - 1) / k of the 400-byte gradient per device; the loss (4 bytes,
-    # partial) is summed on both devices; the images are fed on the first device, which sends the
-    # second its half (4000 of 8000 bytes).
-    assert result.bytes_moved == 2 * 200 * 2 + 2 * 4 + 4000
+    # partial) is summed on both devices; the images are fed into the host's memory, which sends
+    # each device its half (4000 of 8000 bytes).
+    assert result.bytes_moved == 2 * 200 * 2 + 2 * 4 + 2 * 4000
     assert expanded.graph.nodes["conv#p0"]["compute_time"] == pytest.approx(4.0)
 
 
@@ -145,16 +145,46 @@ def test_a_piece_reads_its_ops_shape_input_as_its_own_constant_and_nothing_moves
     assert expand_plan(graph, plan).graph.has_edge("sizes", "dw")
 
 
+HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
 @pytest.mark.parametrize("dimension", ["batch", "replica"])
-def test_a_fed_tensor_lives_on_the_first_device_and_the_others_receive_their_slices(dimension):
-    # as the TensorFlow rewrite feeds it: whole, under the user's name, on the split's first device
+def test_a_split_fed_tensor_lives_on_the_host_and_no_gpu_holds_it_whole(dimension):
+    # as the TensorFlow rewrite feeds it: whole, under the user's name, in the host's memory, where
+    # a Slice per piece cuts it: nothing but the slices leaves the host
     graph = small_cnn_graph()
     plan = data_parallel(graph)
     plan.splits["x"] = OpSplit(NAMES, dimension)
     expanded = expand_plan(graph, plan)
-    assert expanded.nodes_of["x"] == ("x",) and expanded.devices["x"] == NAMES[0]
-    assert set(expanded.graph.predecessors("conv#p0")) >= {"x"}
-    (cut,) = [
-        n for n in expanded.graph.predecessors("conv#p1") if expanded.graph.nodes[n]["op_type"] == "Slice"
-    ]
-    assert expanded.devices[cut] == NAMES[0] and expanded.graph.nodes[cut]["output_sizes"] == (4000,)
+    assert expanded.nodes_of["x"] == ("x",) and expanded.devices["x"] == HOST
+    assert {expanded.devices[reader] for reader in expanded.graph.successors("x")} == {HOST}
+    for piece, device in (("conv#p0", NAMES[0]), ("conv#p1", NAMES[1])):
+        (cut,) = [
+            n for n in expanded.graph.predecessors(piece) if expanded.graph.nodes[n]["op_type"] == "Slice"
+        ]
+        assert expanded.devices[cut] == HOST and expanded.graph.nodes[cut]["output_sizes"] == (4000,)
+        assert expanded.devices[piece] == device
+
+
+def test_each_device_receives_exactly_its_slice_of_the_fed_tensor_from_the_host():
+    graph = small_cnn_graph(batch=8)
+    plan = data_parallel(graph)
+    for op in ("x", "conv", "relu", "relu_grad", "dw"):
+        plan.splits[op] = OpSplit(NAMES, "batch", (0.75, 0.25))
+    plan.splits["loss"] = OpSplit(NAMES, "reduction", (0.75, 0.25))
+    result, _ = simulate_plan(graph, plan)
+    host = GPUS.index(HOST)
+    assert result.link_bytes[host, : len(NAMES)].tolist() == [6000, 2000]  # of the 8000-byte batch
+    gpu_to_gpu = result.link_bytes[: len(NAMES), : len(NAMES)].sum()
+    assert gpu_to_gpu == 2 * 200 * 2 + 2 * 4  # the all-reduce and the loss: no slice of the batch
+    assert plan.peak_memory[HOST] >= 8000
+
+
+def test_a_fed_tensor_split_over_cpus_of_its_host_is_fed_on_the_first_piece_itself():
+    graph = small_cnn_graph()
+    cpus = DeviceSet.parse("/device:CPU:0-1", "1GB", intra_host=LINK)
+    plan = SplitPlan({op: OpSplit.whole(cpus.names[0]) for op in graph}, cpus)
+    plan.splits["x"] = plan.splits["conv"] = OpSplit(tuple(cpus.names), "batch")
+    expanded = expand_plan(graph, plan)
+    assert expanded.devices["x"] == cpus.names[0]
+    assert expanded.graph.has_edge("x", "conv#p0")  # the first piece reads its slice in place

@@ -22,6 +22,7 @@ from tfplace.tf_graph.split_rewrite import apply_split_plan, rewrite_graph_def, 
 pytestmark = pytest.mark.tensorflow
 
 TWO_CPUS = ["/device:CPU:0", "/device:CPU:1"]
+THREE_CPUS = [f"/device:CPU:{i}" for i in range(3)]
 TOLERANCE = 1e-5
 """Largest deviation, relative to max(1, |value|): pieces differ from the whole op by float sums only."""
 
@@ -236,6 +237,25 @@ def test_a_batch_norm_split_without_its_gradient_or_forward_still_trains_exactly
     check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(2))
     assert check.max_deviation < TOLERANCE, check.worst
     assert not check.misplaced
+
+
+def test_a_split_fed_tensor_and_its_slices_are_on_the_host_cpu_and_the_step_stays_exact() -> None:
+    # pieces on CPU:1 and CPU:2, the host's CPU:0 beside them: the images are fed there, cut there,
+    # and each piece's device receives its slice (as the plan's simulation assumes)
+    graph, feeds = small_training_graph()
+    pieces = THREE_CPUS[1:]
+    forced = uniform_plan(graph, pieces, BATCH)
+    plan = SplitPlan(dict(forced.splits), DeviceSet.parse(THREE_CPUS, "1TB"))
+    plan.splits["images"] = OpSplit(tuple(pieces), BATCH)
+    rewrite = rewrite_graph_def(plan, graph)
+    readers = [node for node in rewrite.graph_def.node if {"images", "images:0"} & set(node.input)]
+    assert rewrite.devices["images"] == "/device:CPU:0"
+    assert {(node.op, node.device) for node in readers} == {("StridedSlice", "/device:CPU:0")}
+    assert len(readers) == len(pieces)
+    check = compare_split(graph, plan, ["loss:0", "train"], feeds, steps=5, config=virtual_cpu_config(3))
+    assert check.kept_whole["images"].startswith("a fed tensor")
+    assert not check.misplaced
+    assert check.max_deviation < TOLERANCE, check.worst
 
 
 def test_a_batch_split_trains_alike_on_two_loopback_workers() -> None:

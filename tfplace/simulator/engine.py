@@ -29,8 +29,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    leaving the channels, so transfers sent together overlap their latencies), the channels of
    :func:`~tfplace.simulator.plan.route_channels`: the sender's outgoing and the receiver's
    incoming channel (full duplex: one transfer per direction per device at a time), plus both
-   hosts' network channels between hosts; with ``devices.shared_bus`` every transfer inside a
-   host takes the host's single bus instead. A transfer starts as soon as its tensor exists and
+   hosts' network channels between hosts, and only the device's own channel between a host's CPU
+   (its memory, which feeds all its devices' links at once) and another device of that host;
+   with ``devices.shared_bus`` every transfer inside a host takes the host's single bus instead. A transfer starts as soon as its tensor exists and
    all its channels are free. Transfers waiting for channels are served first come, first
    served by the time their tensor was produced (ties: the producer's topological position);
    a waiting transfer does not hold back a later one whose channels are free.

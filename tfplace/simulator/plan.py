@@ -100,7 +100,10 @@ def route_channels(devices: DeviceSet, src: int, dst: int) -> tuple[int, ...]:
     ``h``'s shared bus, ``2D + H + h`` its network-out and ``2D + 2H + h`` its network-in channel.
     Inside a host a transfer takes the sender's out and the receiver's in channel (full duplex),
     or the host's one bus when ``devices.shared_bus``; between hosts it takes the sender's out, the
-    receiver's in and both hosts' network channels.
+    receiver's in and both hosts' network channels. Between a host's CPU (its memory) and one of
+    its other devices, a transfer takes only that device's channel: each GPU has its own link to
+    the host, and host memory serves all of them at once (a fed batch's slices, sent to every GPU
+    together, :mod:`tfplace.split.feeds`); with ``devices.shared_bus`` they share the bus.
     """
     count = len(devices.all_devices)
     hosts = list(dict.fromkeys(devices.host_of(d) for d in range(count)))
@@ -109,6 +112,9 @@ def route_channels(devices: DeviceSet, src: int, dst: int) -> tuple[int, ...]:
         return (src, count + dst, 2 * count + len(hosts) + src_host, 2 * count + 2 * len(hosts) + dst_host)
     if devices.shared_bus:
         return (2 * count + src_host,)
+    src_cpu, dst_cpu = devices.kind_of(src) == "CPU", devices.kind_of(dst) == "CPU"
+    if src_cpu != dst_cpu:
+        return (count + dst,) if src_cpu else (src,)
     return (src, count + dst)
 
 

@@ -3,9 +3,11 @@
 :func:`expand_plan` turns every op of a :class:`~tfplace.split.plan.SplitPlan` into nodes of a new
 :class:`~tfplace.core.costgraph.CostGraph`, each with one device:
 
-* an op of degree 1 stays itself, and so does a fed tensor (:data:`~tfplace.split.rules.FED_WHOLE`:
-  the user feeds it whole on the split's first device, as the TensorFlow rewrite does, and pieces on
-  other devices receive their slices from there); an op run as replicas becomes one copy per device
+* an op of degree 1 stays itself, and so does a split fed tensor (:data:`~tfplace.split.rules.FED_WHOLE`),
+  but on the host: the user feeds it whole into the memory of the first piece's host
+  (:func:`~tfplace.split.feeds.feed_host`, as the TensorFlow rewrite does), where a ``Slice`` per
+  piece cuts it and each device receives only its slice, over its own link to the host; an op run
+  as replicas becomes one copy per device
   (``op#r0``, ``op#r1``, ...); an op split along a dimension becomes one piece per device
   (``op#p0``, ...) costing what :func:`tfplace.split.costs.piece_time` says, its output slots
   :func:`~tfplace.split.rules.sharded` (the piece's share of the bytes) or partial (all of them);
@@ -56,6 +58,7 @@ from tfplace.simulator import SimulationResult, simulate
 from tfplace.split.buckets import AllReduce, fuse
 from tfplace.split.copy_costs import copy_cost
 from tfplace.split.costs import piece_time, scaling_of
+from tfplace.split.feeds import feed_host
 from tfplace.split.plan import OpSplit, SplitPlan, rule_of
 from tfplace.split.rules import FED_WHOLE, PARTIAL, REPLICA, REPLICATED, SHAPE_INPUT, SHAPE_OPS, Layout
 
@@ -207,8 +210,8 @@ class _Expander:
 
     def _add_op(self, op: str, split: OpSplit) -> None:
         attrs = self.ops[op]
-        if attrs["op_type"] in FED_WHOLE and split.degree > 1:  # fed once; readers take slices
-            self.rules[op], split = None, OpSplit.whole(split.devices[0])
+        if attrs["op_type"] in FED_WHOLE and split.degree > 1:  # fed once, on the host; readers take slices
+            self.rules[op], split = None, OpSplit.whole(feed_host(self.plan.devices, split.devices[0]))
         rule = self.rules[op]
         pieces: list[_Piece] = []
         if split.degree == 1 or rule is None:

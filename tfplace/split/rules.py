@@ -321,9 +321,9 @@ a plan their inputs are dependencies that carry no bytes (the TensorFlow rewrite
 whole tensor's shape)."""
 
 FED_WHOLE = frozenset({"Placeholder"})
-"""Op types a split runs whole on its first device: a fed tensor is fed once, under its name (the
-user's feed), and each piece reading it takes its slice from there (the TensorFlow rewrite and the
-plan's expansion alike)."""
+"""Op types a split runs whole on the host of its first device (:func:`tfplace.split.feeds.feed_host`):
+a fed tensor is fed once, under its name (the user's feed), into host memory, and each piece
+reading it receives its slice from there (the TensorFlow rewrite and the plan's expansion alike)."""
 
 SHAPE_INPUT = {
     "Conv2DBackpropInput": 0,

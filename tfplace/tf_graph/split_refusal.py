@@ -159,7 +159,7 @@ def keeps_whole(op: Any, split: OpSplit) -> str | None:
     if split.dimension == REDUCTION and sums_partials(op, op_rules(op.type, op_split_attrs(op))[REDUCTION]):
         return "reads partial sums only (a data-parallel plan's gradient passed on): runs on their total"
     if op.type in FED_WHOLE:
-        return "a fed tensor is fed whole under its name; each piece reading it takes its slice"
+        return "a fed tensor is fed whole under its name, on the host; each piece reading it takes its slice"
     if any(t.dtype.base_dtype.name == "resource" for t in op.inputs):
         return "reads a resource variable, which TensorFlow runs on the variable's device only"
     return None

@@ -26,8 +26,11 @@ Exactness. Pieces compute what the op computes, up to the order of float sums (a
 a ``Mean`` over a split batch weighted by each piece's share) and one rounding of SAME average
 pooling's border windows. What depends on the whole batch stays exact by running whole
 (:func:`~tfplace.tf_graph.split_refusal.keeps_whole`: batch norm in training mode, fed
-placeholders, resource reads); an op the plan runs as replicas (``"replica"``) runs once, on its
-first device, and every device that reads it receives it once, which computes what replicas would.
+placeholders, resource reads). A split fed placeholder runs whole on the host CPU of its first
+piece's task (:func:`~tfplace.split.feeds.feed_host`), where the slices each piece reads are cut,
+so that each device receives only its slice, as the plan's simulation assumes. An op the plan runs
+as replicas (``"replica"``) runs once, on its first device, and every device that reads it receives
+it once, which computes what replicas would.
 Plans the rewrite cannot run are refused with a one-line ``ValueError`` naming the op
 (:func:`~tfplace.tf_graph.split_refusal.refusal`), the user's graph untouched.
 """
@@ -125,7 +128,7 @@ def rewrite_graph_def(plan: SplitPlan, source: Any, batch_size: int | None = Non
         reason = keeps_whole(op, split)
         if reason is not None:
             rewriter.result.kept_whole[op.name] = reason
-            whole_ops.append((op, split.devices[0]))
+            whole_ops.append((op, rewriter.device_of(op)))
             continue
         rewriter.split(op, split, op_rules(op.type, op_split_attrs(op))[split.dimension])
     for op, device in whole_ops:

@@ -10,8 +10,18 @@ from typing import Any
 
 import numpy as np
 
+from tfplace.split.feeds import feed_host
 from tfplace.split.plan import OpSplit, SplitPlan
-from tfplace.split.rules import BATCH, BATCH_NORMS, HEIGHT, REDUCTION, SHAPE_INPUT, SHAPE_OPS, SplitRule
+from tfplace.split.rules import (
+    BATCH,
+    BATCH_NORMS,
+    FED_WHOLE,
+    HEIGHT,
+    REDUCTION,
+    SHAPE_INPUT,
+    SHAPE_OPS,
+    SplitRule,
+)
 from tfplace.tf_graph.split_batch_norm import Moments, synchronized_batch_norm, synchronized_batch_norm_grad
 from tfplace.tf_graph.split_layouts import (
     axis_of,
@@ -79,8 +89,14 @@ class Rewriter(NodeBuilder):
         return self.values[tensor.name]
 
     def device_of(self, op: Any) -> str:
+        """Where ``op`` runs whole: a split fed tensor on its host (:func:`~tfplace.split.feeds.feed_host`,
+        so the slices cut from it are cut there too), any other op on its split's first device."""
         split = self.plan.splits.get(op.name)
-        return split.devices[0] if split is not None else op.device
+        if split is None:
+            return str(op.device)
+        if op.type in FED_WHOLE and split.degree > 1:
+            return feed_host(self.plan.devices, split.devices[0])
+        return split.devices[0]
 
     def whole(self, tensor: Any, device: str) -> str:
         value = self.value(tensor)
@@ -284,8 +300,10 @@ class Rewriter(NodeBuilder):
             self._synchronized(op, (device,), [(0, static_shape(op.inputs[0])[0] or 0)])
             self.named_join(op, device)
             return
-        pieces_only = any(self.value(t).whole is None for t in op.inputs)
-        if op.type in SHAPE_OPS and pieces_only and all(t.shape.is_fully_defined() for t in op.inputs):
+        elsewhere = any(  # in pieces, or whole on another device (a fed batch on the host)
+            self.value(t).whole is None or self.value(t).whole_device not in ("", device) for t in op.inputs
+        )
+        if op.type in SHAPE_OPS and elsewhere and all(t.shape.is_fully_defined() for t in op.inputs):
             self._static_shapes(op, device)
             return
         node = type(op.node_def)()
@@ -298,8 +316,9 @@ class Rewriter(NodeBuilder):
         self.emit(node)
 
     def _static_shapes(self, op: Any, device: str) -> None:
-        """``op`` (``Shape``, ``ShapeN``, ``Size``, ``Rank``) of tensors held in pieces, as constants
-        under its name: their static shapes are the whole tensors', so no join is made to read them."""
+        """``op`` (``Shape``, ``ShapeN``, ``Size``, ``Rank``) of tensors held in pieces or on another
+        device, as constants under its name: their static shapes are the whole tensors', so no join
+        is made and nothing moves to read them."""
         from tensorflow.core.framework import attr_value_pb2
 
         values = []
