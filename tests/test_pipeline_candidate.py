@@ -65,8 +65,9 @@ def test_cpd_topo_order_alone_mixes_the_layers_of_the_unrolled_network():
     assert layers != sorted(layers)
 
 
-def test_heavy_input_order_is_a_topological_order_of_every_op():
-    indexed = index_graph(unrolled_rnn())
+@pytest.mark.parametrize("weight_reads", [False, True])
+def test_heavy_input_order_is_a_topological_order_of_every_op(weight_reads):
+    indexed = index_graph(unrolled_rnn(weight_reads=weight_reads))
     order = heavy_input_order(indexed, cpd_topo_order(indexed))
     position = {op: i for i, op in enumerate(order)}
     assert sorted(order) == list(range(len(indexed)))
