@@ -18,20 +18,22 @@ from tfplace.simulator import simulate
 LAYERS, STEPS = 3, 12
 
 
-def unrolled_rnn(layers: int = LAYERS, steps: int = STEPS) -> CostGraph:
+def unrolled_rnn(layers: int = LAYERS, steps: int = STEPS, weight_reads: bool = False) -> CostGraph:
     """An unrolled recurrent network: cell ``c{l}_{t}`` reads its layer's weights ``w{l}`` (a heavy
     tensor, 50 bytes), the state of step ``t - 1`` and the output of layer ``l - 1`` (1 byte each);
-    cells compute 10 s, weights nothing."""
-    edges = []
+    cells compute 10 s, weights nothing. With ``weight_reads`` the cells take the weights through
+    a read op ``r{l}`` (as TensorFlow's ``kernel/Read/Identity``, 1 s)."""
+    edges = [(f"w{layer}", f"r{layer}", 50) for layer in range(layers) if weight_reads]
     for layer in range(layers):
         for step in range(steps):
             cell = f"c{layer}_{step}"
-            edges.append((f"w{layer}", cell, 50))
+            edges.append((f"r{layer}" if weight_reads else f"w{layer}", cell, 50))
             edges.append((f"x{step}" if layer == 0 else f"c{layer - 1}_{step}", cell, 1))
             if step:
                 edges.append((f"c{layer}_{step - 1}", cell, 1))
     compute = {f"c{layer}_{step}": 10.0 for layer in range(layers) for step in range(steps)}
     compute |= {f"w{layer}": 0.0 for layer in range(layers)} | {f"x{step}": 0.0 for step in range(steps)}
+    compute |= {f"r{layer}": 1.0 for layer in range(layers) if weight_reads}
     return graph_from_edges(edges, compute)
 
 
@@ -49,22 +51,32 @@ def test_heavy_input_order_runs_each_layer_through_every_time_step_before_the_ne
     assert layers == sorted(layers)
 
 
+def test_heavy_input_order_reads_a_layers_weights_just_before_its_first_time_step():
+    indexed = index_graph(unrolled_rnn(weight_reads=True))
+    names = [indexed.names[op] for op in heavy_input_order(indexed, cpd_topo_order(indexed))]
+    for layer in range(LAYERS):
+        first_step = names.index(f"c{layer}_0")
+        assert names[first_step - 2 : first_step] == [f"w{layer}", f"r{layer}"]
+
+
 def test_cpd_topo_order_alone_mixes_the_layers_of_the_unrolled_network():
     indexed = index_graph(unrolled_rnn())
     layers = [layer_of(name) for name in cells(indexed, cpd_topo_order(indexed))]
     assert layers != sorted(layers)
 
 
-def test_heavy_input_order_is_a_topological_order_of_every_op():
-    indexed = index_graph(unrolled_rnn())
+@pytest.mark.parametrize("weight_reads", [False, True])
+def test_heavy_input_order_is_a_topological_order_of_every_op(weight_reads):
+    indexed = index_graph(unrolled_rnn(weight_reads=weight_reads))
     order = heavy_input_order(indexed, cpd_topo_order(indexed))
     position = {op: i for i, op in enumerate(order)}
     assert sorted(order) == list(range(len(indexed)))
     assert all(position[u] < position[v] for u in range(len(indexed)) for v in indexed.succ[u])
 
 
-def test_balanced_fill_cuts_the_layer_ordered_clusters_into_one_layer_per_device():
-    indexed = index_graph(unrolled_rnn())
+@pytest.mark.parametrize("weight_reads", [False, True])
+def test_balanced_fill_cuts_the_layer_ordered_clusters_into_one_layer_per_device(weight_reads):
+    indexed = index_graph(unrolled_rnn(weight_reads=weight_reads))
     devices = DeviceSet.parse(f"/device:GPU:0-{LAYERS - 1}", 10**9, intra_host=UNIT_LINK)
     fusion = fuse(indexed, heavy_input_order(indexed, cpd_topo_order(indexed)), exploration_range=4)
     assert len(fusion.members) > LAYERS  # clusters smaller than a layer: the cut chooses among them
@@ -74,6 +86,8 @@ def test_balanced_fill_cuts_the_layer_ordered_clusters_into_one_layer_per_device
     assert {name: device for name, device in placed.items() if name.startswith("c")} == {
         f"c{layer}_{step}": layer for layer in range(LAYERS) for step in range(STEPS)
     }
+    if weight_reads:  # each layer's weight read on the device of the time steps reading it
+        assert [placed[f"r{layer}"] for layer in range(LAYERS)] == list(range(LAYERS))
 
 
 def test_balanced_fill_rejects_fewer_than_one_part():

@@ -9,7 +9,8 @@
 
 * :func:`heavy_input_order` keeps together the ops that share a heavy input (the time steps of an
   unrolled recurrent layer, which all read the layer's weights): each op joins the family of the
-  producer of its heaviest input, and a ready op of an earlier family goes first.
+  producer of its heaviest input, and a ready op of an earlier family goes first; ops of a
+  chain hanging off a source (weight reads) come just before their first consumer.
 
 * :func:`leaders_first` delays, within any of them, the gradient ops co-placed with a forward op
   (``graph.follower``) until an op of their group that is no follower came, so that placers which
@@ -169,7 +170,37 @@ def heavy_input_order(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
             left = waiting[w] = waiting[w] - 1
             if not left:
                 heappush(ready, key[w])
+    result = _source_fed_just_in_time(graph, result)
     _check_complete(graph, result)
+    return result
+
+
+def _source_fed_just_in_time(graph: IndexedGraph, order: Sequence[int]) -> list[int]:
+    """``order`` with each op of a chain hanging off a source (a source with successors, or an op
+    whose single input is such an op: a variable, its read, a constant axis) moved to just before
+    its first consumer, its input before it. Being ready from the start, such an op comes out of a
+    ready queue whenever nothing else is ready, far from the ops reading it (a layer's weight read
+    among an earlier layer's time steps), and a fill that cuts the order would place it there."""
+    pred, succ = graph.pred, graph.succ
+    source_fed = [False] * len(graph)
+    for v in order:
+        source_fed[v] = bool(succ[v]) and (not pred[v] or (len(pred[v]) == 1 and source_fed[pred[v][0]]))
+    emitted = [False] * len(graph)
+    result: list[int] = []
+    for v in order:
+        if source_fed[v]:
+            continue
+        stack = [v]
+        while stack:  # depth first through v's unemitted source-fed inputs, each after its inputs
+            u = stack[-1]
+            waiting = [p for p in pred[u] if not emitted[p]]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            if not emitted[u]:
+                emitted[u] = True
+                result.append(u)
     return result
 
 
