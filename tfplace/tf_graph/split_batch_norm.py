@@ -61,25 +61,20 @@ class _Builder:
         return self.rw.const(np.asarray(value, self.u_type.as_numpy_dtype), device, f"{self.base}/c")
 
     def to_statistics_type(self, tensor: str, device: str) -> str:
-        if self.x_type == self.u_type:
-            return tensor
-        return self.node(
-            "Cast",
-            [tensor],
-            device,
-            SrcT=self.rw.dtype(self.x_type.as_datatype_enum),
-            DstT=self.rw.dtype(self.u_type.as_datatype_enum),
-        )
+        return self._cast(tensor, device, self.x_type, self.u_type)
 
     def to_input_type(self, tensor: str, device: str) -> str:
-        if self.x_type == self.u_type:
+        return self._cast(tensor, device, self.u_type, self.x_type)
+
+    def _cast(self, tensor: str, device: str, source: Any, target: Any) -> str:
+        if source == target:
             return tensor
         return self.node(
             "Cast",
             [tensor],
             device,
-            SrcT=self.rw.dtype(self.u_type.as_datatype_enum),
-            DstT=self.rw.dtype(self.x_type.as_datatype_enum),
+            SrcT=self.rw.dtype(source.as_datatype_enum),
+            DstT=self.rw.dtype(target.as_datatype_enum),
         )
 
     def channel_sum(self, tensor: str, device: str) -> str:
