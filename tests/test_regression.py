@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tfplace.core.costgraph import CostGraph, CostGraphError
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import OpCost, ProfileSet
-from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
+from tfplace.estimator.regression import OpCostRegression, fill_cost_graph, regime_starts
 
 BATCHES = (1, 2, 4)
 
@@ -46,12 +46,55 @@ def test_a_time_line_with_overhead_is_recovered():
     np.testing.assert_allclose(model.time_line_[0], [2e-3, 1e-3])
 
 
-def test_one_batch_size_measured_off_the_line_does_not_bend_it():
-    # t = 1e-4 * batch + 1e-5, but batch 2 measured at 3.5e-4 instead of 2.1e-4
-    model = OpCostRegression().fit(timed([1.1e-4, 3.5e-4, 4.1e-4]))
+def test_one_batch_size_measured_low_does_not_bend_the_line():
+    # t = 1e-4 * batch + 1e-5, but batch 2 measured at 1.0e-4 instead of 2.1e-4
+    model = OpCostRegression().fit(timed([1.1e-4, 1.0e-4, 4.1e-4]))
     assert model.time_fit_ == ["line"]
     np.testing.assert_allclose(model.time_line_[0], [1e-4, 1e-5])
     assert model.predict(8)["a"].compute_time == pytest.approx(8.1e-4)
+
+
+def test_a_kernel_switch_past_the_smallest_batch_is_left_out_of_the_line():
+    # Inception V3's conv2d_81: 95 us at batch 1 (another algorithm), then 1.174 ms + 22 us per example
+    model = OpCostRegression().fit(timed([95e-6, 1174e-6, 1218e-6]))
+    assert model.time_regime_.tolist() == [1]
+    assert model.time_fit_ == ["line"]
+    np.testing.assert_allclose(model.time_line_[0], [22e-6, 1130e-6])
+    assert model.predict(8)["a"].compute_time == pytest.approx(1306e-6)
+
+
+def test_an_op_whose_added_examples_cost_less_past_the_smallest_batch_extrapolates_the_larger_ones():
+    # 450 us at batch 1, then 700 us and 280 us per added example: the regime is batches 2 and 4
+    model = OpCostRegression().fit(timed([450e-6, 1150e-6, 1430e-6]))
+    assert model.time_regime_.tolist() == [1]
+    assert model.predict(8)["a"].compute_time == pytest.approx(1990e-6)
+
+
+def test_slopes_within_the_tolerance_keep_every_batch_size_in_the_regime():
+    # per added example 105 us from 1 to 2, 97.5 us from 2 to 4: one regime, Theil-Sen over all three
+    model = OpCostRegression(regime_tolerance=0.5).fit(timed([110e-6, 215e-6, 410e-6]))
+    assert model.time_regime_.tolist() == [0]
+    assert model.predict(8)["a"].compute_time == pytest.approx(4.1e-4 + 4 * 1e-4, rel=0.05)
+
+
+def test_a_tolerance_of_one_fits_every_batch_size_as_without_regimes():
+    model = OpCostRegression(regime_tolerance=1.0).fit(timed([95e-6, 1174e-6, 1218e-6]))
+    assert model.time_regime_.tolist() == [0]
+    assert model.predict(8)["a"].compute_time > 1.9e-3
+
+
+def test_the_regime_ends_at_the_first_batch_size_below_a_steeper_rise():
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    times = np.array(
+        [
+            [100.0, 1000.0, 1100.0, 1300.0],  # steep from 1 to 2, steady (50 per example) from 2 on
+            [100.0, 200.0, 1000.0, 1100.0],  # steep from 2 to 4: batches 1 and 2 are both left out
+            [100.0, 200.0, 400.0, 800.0],  # proportional: one regime
+            [500.0, 400.0, 700.0, 1300.0],  # falls from 1 to 2 (noise): does not end the regime
+        ]
+    )
+    assert regime_starts(x, times, tolerance=0.5).tolist() == [1, 2, 0, 0]
+    assert regime_starts(x, times, tolerance=1.0).tolist() == [0, 0, 0, 0]
 
 
 def test_a_time_that_barely_grows_with_the_batch_is_predicted_constant_at_its_mean():

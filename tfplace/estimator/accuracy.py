@@ -215,6 +215,7 @@ def compare_profiles(
     *,
     second: ProfileSet | None = None,
     worst: int = 10,
+    regression: OpCostRegression | None = None,
 ) -> AccuracyReport:
     """Fit the regression on ``small``, predict ``target_batch`` and compare with ``large``'s costs there.
 
@@ -230,12 +231,14 @@ def compare_profiles(
         over both measurements and the report gives the noise floor (module docstring).
     worst : int
         How many ops with the largest absolute time error to list.
+    regression : OpCostRegression, optional
+        The estimator to fit (default ``OpCostRegression()``).
 
     Returns
     -------
     AccuracyReport
     """
-    regression = OpCostRegression().fit(small)
+    regression = (regression or OpCostRegression()).fit(small)
     predicted = regression.predict(target_batch)
     measured = large.costs[target_batch]
     estimated = set(small.estimated_ops) | set(large.estimated_ops)
@@ -292,6 +295,7 @@ def estimation_accuracy(
     worst: int = 10,
     floor: bool = True,
     repeats: RepeatPolicy | None = None,
+    regression: OpCostRegression | None = None,
 ) -> AccuracyReport:
     """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
 
@@ -313,6 +317,8 @@ def estimation_accuracy(
         How many ops with the largest absolute time error to list.
     floor : bool
         Measure ``target_batch`` twice and report the noise floor.
+    regression : OpCostRegression, optional
+        The estimator to fit (default ``OpCostRegression()``).
 
     Returns
     -------
@@ -340,4 +346,4 @@ def estimation_accuracy(
     large = profile([target_batch])
     small = profile(profile_batch_sizes)
     second = profile([target_batch], cache=None) if floor else None
-    return compare_profiles(small, large, target_batch, second=second, worst=worst)
+    return compare_profiles(small, large, target_batch, second=second, worst=worst, regression=regression)

@@ -18,7 +18,7 @@ from tfplace.core.costgraph import AliasedOutput, CostGraph, CostGraphError
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, shared_aliases
 
-__all__ = ["OpCostRegression", "fill_cost_graph"]
+__all__ = ["OpCostRegression", "fill_cost_graph", "regime_starts"]
 
 
 def _lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -47,6 +47,31 @@ def _memory_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.where(falling, 0.0, slope), np.where(falling, y.max(axis=1), intercept)
 
 
+def regime_starts(x: np.ndarray, times: np.ndarray, tolerance: float) -> np.ndarray:
+    """Per op, the index in ``x`` of the first batch size of its upper regime.
+
+    The regime's slope is that of the op's time between the two largest batch sizes ``x`` (its
+    row of ``times``). Going down, a smaller batch size joins the regime unless the time rises
+    from it to the next one more steeply than ``1 / (1 - tolerance)`` times the regime's slope:
+    there each added example cost more than it does nearer the target (another kernel at that
+    batch, or too few examples to keep the vector units busy), and that batch size and all
+    smaller ones are left out. A time that falls towards the next batch size (noise) never ends
+    the regime. With ``tolerance`` of 1 or more, or fewer than three batch sizes, every op's
+    regime starts at the smallest (0).
+    """
+    slopes = np.diff(times, axis=1) / np.diff(x)
+    starts = np.zeros(len(times), dtype=int)
+    if tolerance >= 1 or len(x) < 3:
+        return starts
+    regime = slopes[:, -1]
+    open_ = np.ones(len(times), dtype=bool)
+    for segment in range(slopes.shape[1] - 2, -1, -1):
+        steeper = (slopes[:, segment] > 0) & (slopes[:, segment] * (1 - tolerance) > regime)
+        starts = np.where(open_ & steeper, segment + 1, starts)
+        open_ &= ~steeper
+    return starts
+
+
 class OpCostRegression:
     """Predict every op's costs at any batch size from costs profiled at a few small ones.
 
@@ -64,12 +89,20 @@ class OpCostRegression:
 
     - ``"line"``: ``seconds = slope * batch + intercept``, fitted by Theil-Sen (Theil 1950, Sen
       1968: the slope is the median of the slopes between every two profiled batch sizes, the
-      intercept the median of ``seconds - slope * batch``), with the slope at least 0. One batch
-      size measured off the line (a kernel that picks another algorithm at that size, a disturbed
-      measurement) does not bend it, where least squares would tilt the line and extrapolate the
-      error: on Tensor Holography profiled at 1, 2, 4 and measured twice at 8 (load 13), the
-      deviation weighted by time fell from 5.1% (least squares) to 3.6%, against 3.5% between the
-      two measurements. An op shorter than ``flat_below`` at every profiled batch whose time grows
+      intercept the median of ``seconds - slope * batch``), with the slope at least 0, over the
+      op's **upper regime** (:func:`regime_starts`): the profiled batch sizes from which on each
+      added example costs about the same. A smaller batch size where an added example cost
+      clearly more (by more than ``regime_tolerance``) is off the regime and left out: a kernel
+      that runs another algorithm at batch 1, or too few examples to keep the vector units busy,
+      both of which the target batch is past. On Inception V3 profiled at 1, 2, 4 and measured
+      twice at 8, the forward 1 x 7 and 7 x 1 convolutions take 60-100 us at batch 1 and
+      1.17-1.23 ms at 2, 4 and 8 (and 1.3 ms at 16): the line through all three batch sizes
+      predicted 2.0 ms at 8, the regime's 1.3 ms, and the deviation weighted by time fell from
+      11.4% to 5.2% (the two measurements differ by 3.5%; load 2-3, the same profiles for both
+      fits). Within the regime Theil-Sen keeps one batch size measured low (a disturbed
+      measurement) from bending the line, where least squares would tilt it and extrapolate the
+      error: on Tensor Holography (load 13) the deviation weighted by time fell from 5.1% (least
+      squares) to 3.6%, against 3.5% between the two measurements. An op shorter than ``flat_below`` at every profiled batch whose time grows
       by less than ``flat_growth`` from the smallest to the largest of them is overhead: its line
       is the constant mean of its times, since a slope fitted to its noise would only extrapolate
       the noise (the Transformer, small, same conditions: 20.5% mean deviation per op with a line
@@ -78,8 +111,12 @@ class OpCostRegression:
       writing the same gradient whatever the batch) grow slowly but surely, and a constant for
       them raised the NMT's deviation weighted by time from 11.6% to 16.4%;
     - ``"power"`` where the line would cross zero at a positive batch (times growing faster than
-      the batch): ``seconds = scale * batch ** exponent`` by least squares on the logarithms, with
-      the exponent clipped to ``[0, 1]``, so proportional at most.
+      the batch): ``seconds = scale * batch ** exponent`` by least squares on the logarithms of the
+      regime's times, with the exponent clipped to ``[0, 1]``, so proportional at most.
+
+    Below its regime the line overestimates an op (a piece of a split batch,
+    :func:`tfplace.split.costs.time_at_batch`): the regime's per-example cost is the one that
+    holds from its first batch size up.
 
     Parameters
     ----------
@@ -88,6 +125,11 @@ class OpCostRegression:
         which the time of an op shorter than ``flat_below`` is predicted constant.
     flat_below : float
         Seconds: ops at least this long at some profiled batch always get a line or a power law.
+    regime_tolerance : float
+        How much steeper (as a fraction: the regime's slope over the smaller batch's is below
+        ``1 - regime_tolerance``) the time of an op may rise towards a smaller batch size before
+        that batch size is off its regime (:func:`regime_starts`); 1 or more: every profiled batch
+        size is in the regime.
     time_floor : float
         Seconds an op takes at least in a prediction.
 
@@ -99,6 +141,8 @@ class OpCostRegression:
         The profiled batch sizes.
     time_fit_ : list of str
         Which model fits each op's time: ``"line"`` or ``"power"``.
+    time_regime_ : ndarray of int
+        Per op, the index in ``batch_sizes_`` of the first batch size its time was fitted on.
     time_line_ : ndarray of shape (n_ops, 2)
         ``[slope, intercept]`` of each ``"line"`` op's time (seconds per example, seconds); 0 for
         the others.
@@ -120,9 +164,15 @@ class OpCostRegression:
     """
 
     def __init__(
-        self, *, flat_growth: float = 0.3, flat_below: float = 20e-6, time_floor: float = TIME_FLOOR
+        self,
+        *,
+        flat_growth: float = 0.3,
+        flat_below: float = 20e-6,
+        regime_tolerance: float = 0.5,
+        time_floor: float = TIME_FLOOR,
     ) -> None:
         self.flat_growth = flat_growth
+        self.regime_tolerance = regime_tolerance
         self.flat_below = flat_below
         self.time_floor = time_floor
 
@@ -160,13 +210,19 @@ class OpCostRegression:
 
     def _fit_time(self, x: np.ndarray, times: np.ndarray) -> None:
         times = np.maximum(times, self.time_floor)  # logarithms need positive times
-        slope, intercept = _theil_sen(x, times)
         flat = (times[:, -1] < (1 + self.flat_growth) * times[:, 0]) & (times.max(axis=1) < self.flat_below)
+        self.time_regime_ = np.where(flat, 0, regime_starts(x, times, self.regime_tolerance))
+        slope, intercept = np.zeros(len(times)), np.zeros(len(times))
+        exponent, log_scale = np.zeros(len(times)), np.zeros(len(times))
+        for start in np.unique(self.time_regime_):
+            ops = self.time_regime_ == start
+            upper, logs = x[start:], np.log(times[ops, start:])
+            slope[ops], intercept[ops] = _theil_sen(upper, times[ops, start:])
+            exponent[ops] = np.clip(_lines(np.log(upper), logs)[0], 0.0, 1.0)
+            log_scale[ops] = logs.mean(axis=1) - exponent[ops] * np.log(upper).mean()
         slope = np.where(flat, 0.0, slope)
         intercept = np.where(flat, times.mean(axis=1), intercept)
         line = flat | (intercept >= 0)
-        exponent = np.clip(_lines(np.log(x), np.log(times))[0], 0.0, 1.0)
-        log_scale = np.log(times).mean(axis=1) - exponent * np.log(x).mean()
         self.time_fit_ = ["line" if kept else "power" for kept in line]
         self.time_line_ = np.where(line[:, None], np.column_stack([slope, intercept]), 0.0)
         self.time_power_ = np.where(line[:, None], 0.0, np.column_stack([np.exp(log_scale), exponent]))
