@@ -13,6 +13,8 @@ twice, each time by the same procedure (its own session, the profiler's repeats 
 - their ratio, and whether the issue's targets hold (mean within 1.25x the floor, weighted under 5%);
 - the 1-minute load average before and after the model, the traced steps kept/taken per batch size.
 
+``--regime_tolerance`` is the regression's (:func:`~tfplace.estimator.regression.regime_starts`);
+``--regime_tolerance=1`` fits every profiled batch size, the regression before the regime fit.
 ``--machine=busy`` runs the models while two processes spin (``while True: pass``), each pinned to
 one core, started and killed by this benchmark; ``idle`` adds no load (the load average says what
 else ran). ``--table5_dir`` writes Table 5 (``table5_estimation.md/.csv``) from the first
@@ -54,6 +56,9 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float("lower_fraction", 0.1, "Fraction of the lowest times lower_mean averages.")
 flags.DEFINE_float("outlier_factor", 1.5, "Steps slower than this times the others' median are dropped.")
+flags.DEFINE_float(
+    "regime_tolerance", 0.5, "OpCostRegression's regime tolerance (1: fit every profiled batch size)."
+)
 flags.DEFINE_integer("worst", 0, "Ops with the largest absolute time error to list per model.")
 flags.DEFINE_string("table5_dir", None, "Write table5_estimation.md/.csv here (first condition's rows).")
 flags.DEFINE_string("output", None, "Write the printed table as Markdown to this file.")
@@ -120,6 +125,7 @@ def measure(name: str) -> Any:
     """The :class:`~tfplace.estimator.accuracy.AccuracyReport` of one model, with the noise floor."""
     from models import build_model
     from tfplace.estimator.accuracy import estimation_accuracy
+    from tfplace.estimator.regression import OpCostRegression
     from tfplace.estimator.statistics import RepeatPolicy
 
     spec = build_model(name, **MODEL_SIZES[name])
@@ -142,6 +148,7 @@ def measure(name: str) -> Any:
             lower_fraction=FLAGS.lower_fraction,
             outlier_factor=FLAGS.outlier_factor,
         ),
+        regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
     )
 
 
