@@ -92,24 +92,26 @@ class OpCostRegression:
       intercept the median of ``seconds - slope * batch``), with the slope at least 0, over the
       op's **upper regime** (:func:`regime_starts`): the profiled batch sizes from which on each
       added example costs about the same. A smaller batch size where an added example cost
-      clearly more (by more than ``regime_tolerance``) is off the regime and left out: a kernel
-      that runs another algorithm at batch 1, or too few examples to keep the vector units busy,
-      both of which the target batch is past. On Inception V3 profiled at 1, 2, 4 and measured
-      twice at 8, the forward 1 x 7 and 7 x 1 convolutions take 60-100 us at batch 1 and
-      1.17-1.23 ms at 2, 4 and 8 (and 1.3 ms at 16): the line through all three batch sizes
-      predicted 2.0 ms at 8, the regime's 1.3 ms, and the deviation weighted by time fell from
-      11.4% to 5.2% (the two measurements differ by 3.5%; load 2-3, the same profiles for both
-      fits). Within the regime Theil-Sen keeps one batch size measured low (a disturbed
-      measurement) from bending the line, where least squares would tilt it and extrapolate the
-      error: on Tensor Holography (load 13) the deviation weighted by time fell from 5.1% (least
-      squares) to 3.6%, against 3.5% between the two measurements. An op shorter than ``flat_below`` at every profiled batch whose time grows
-      by less than ``flat_growth`` from the smallest to the largest of them is overhead: its line
-      is the constant mean of its times, since a slope fitted to its noise would only extrapolate
-      the noise (the Transformer, small, same conditions: 20.5% mean deviation per op with a line
-      everywhere, 16.7% with the constant, 14.3% between two measurements). A longer op keeps its
-      line however little it grows: the NMT's weight-gradient matmuls (250-280 us at batches 1-4,
-      writing the same gradient whatever the batch) grow slowly but surely, and a constant for
-      them raised the NMT's deviation weighted by time from 11.6% to 16.4%;
+      clearly more (over ``1 / (1 - regime_tolerance)`` times, twice by default) is off the
+      regime and left out: a kernel that runs another algorithm at batch 1, or too few examples
+      to keep the vector units busy, both of which the target batch is past. On Inception V3
+      profiled at 1, 2, 4 and measured twice at 8, the forward 1 x 7 and 7 x 1 convolutions
+      take 60-100 us at batch 1 and 1.17-1.23 ms at 2, 4 and 8 (1.3 ms at 16): the line through
+      all three batch sizes predicted 2.0 ms at 8, the regime's 1.3 ms, and the deviation
+      weighted by time fell from 11.4% to 5.2% (the two measurements differ by 3.5%; load 2-3,
+      the same profiles for both fits). Within the regime Theil-Sen keeps one batch size
+      measured low (a disturbed measurement) from bending the line, where least squares would
+      tilt it and extrapolate the error: on Tensor Holography (load 13) the deviation weighted
+      by time fell from 5.1% (least squares) to 3.6%, against 3.5% between the two
+      measurements. An op shorter than ``flat_below`` at every profiled batch whose time grows
+      by less than ``flat_growth`` from the smallest to the largest of them is overhead: its
+      line is the constant mean of its times, since a slope fitted to its noise would only
+      extrapolate the noise (the Transformer, small, same conditions: 20.5% mean deviation per
+      op with a line everywhere, 16.7% with the constant, 14.3% between two measurements). A
+      longer op keeps its line however little it grows: the NMT's weight-gradient matmuls
+      (250-280 us at batches 1-4, writing the same gradient whatever the batch) grow slowly but
+      surely, and a constant for them raised the NMT's deviation weighted by time from 11.6% to
+      16.4%;
     - ``"power"`` where the line would cross zero at a positive batch (times growing faster than
       the batch): ``seconds = scale * batch ** exponent`` by least squares on the logarithms of the
       regime's times, with the exponent clipped to ``[0, 1]``, so proportional at most.
