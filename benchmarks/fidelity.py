@@ -19,7 +19,8 @@ whole-op placement split over the devices, ``auto``), the step is
   of steps. ``measured_s`` is the median step of both sessions; ``noise`` is the difference of
   the two sessions' medians over it: the same placement measured twice, the noise floor below
   which the simulator's error means nothing. ``simulated_transfers`` counts the simulated step's
-  transfers between devices (tensors, and on loopback control messages), ``recv_calls`` the
+  transfers between devices (tensors, and on loopback control messages; a small constant TensorFlow
+  copies to each worker sends none: :func:`tfplace.simulator.plan.replicated_constants`), ``recv_calls`` the
   ``RecvTensor`` calls of a traced real step on loopback (0 on virtual CPUs). ``cpu_s`` is the CPU seconds per step of this
   process and the workers (on a busy machine closer to a quiet machine's step than wall-clock
   time, where one thread runs the step).

@@ -287,6 +287,70 @@ def test_a_control_dependency_on_one_device_costs_nothing():
     assert result.makespan == pytest.approx(2)
 
 
+# Rule 3: TensorFlow's ReplicateConstantsPass copies small CPU constants to their consumers' devices.
+
+#: Loopback gRPC between workers: the devices send and receive every tensor and control message.
+GRPC = TransferModel(k=1.0, b=3.0, copy_b=1.0)
+
+
+def workers(count=2):
+    return DeviceSet.parse(f"/job:worker/task:0-{count - 1}/device:CPU:0", 10**9, inter_host=GRPC)
+
+
+def optimizer_constant(updates, consumers, shape=(), control_successor=None):
+    """A constant ``lr`` of ``shape`` that waits on the ``updates`` (control edges) and feeds the
+    ``consumers``, as an optimizer's learning rate waits on batch-norm updates; the op names map to
+    their devices in the placement the tests pass."""
+    graph = CostGraph(transfer_model=GRPC.to_dict())
+    graph.add_op("lr", compute_time=1.0, op_type="Const", output_sizes=(4,), output_shapes=(shape,))
+    for name in [*updates, *consumers, *([control_successor] if control_successor else [])]:
+        graph.add_op(name, compute_time=1.0, output_sizes=(4,))
+    for update in updates:
+        graph.add_dependency(update, "lr", control=True)
+    for consumer in consumers:
+        graph.add_dependency("lr", consumer, slots=(0,))
+    if control_successor:
+        graph.add_dependency("lr", control_successor, control=True)
+    return graph
+
+
+def senders(result):
+    return Counter(task.producer for task in result.schedule.transfers)
+
+
+def test_a_small_constant_consumed_on_two_workers_is_copied_to_each_and_waits_there_for_every_control_input():
+    graph = optimizer_constant(["u0", "u1", "u2"], ["apply0", "apply1"])
+    where = {"lr": 0, "u0": 0, "u1": 0, "apply0": 0, "u2": 1, "apply1": 1}
+    result = simulate(graph, placed(graph, where), workers(), record=True)
+    # the copy on task 1 waits for u0 and u1 of task 0, the original for u2 of task 1; no tensor of lr
+    assert senders(result) == {"u0": 1, "u1": 1, "u2": 1}
+    start = {task.op: task.start for task in result.schedule.ops}
+    end = {task.op: task.end for task in result.schedule.ops}
+    assert start["apply1"] >= max(end["u0"], end["u1"])
+
+
+def test_a_constant_of_more_than_16_elements_is_sent_to_the_other_worker():
+    graph = optimizer_constant(["u0", "u2"], ["apply0", "apply1"], shape=(17,))
+    where = {"lr": 0, "u0": 0, "apply0": 0, "u2": 1, "apply1": 1}
+    result = simulate(graph, placed(graph, where), workers(), record=True)
+    assert senders(result) == {"u2": 1, "lr": 1}
+
+
+def test_a_constant_with_a_control_successor_is_sent_to_the_other_worker():
+    graph = optimizer_constant(["u0", "u2"], ["apply0", "apply1"], control_successor="after")
+    where = {"lr": 0, "u0": 0, "apply0": 0, "u2": 1, "apply1": 1, "after": 0}
+    result = simulate(graph, placed(graph, where), workers(), record=True)
+    assert senders(result) == {"u2": 1, "lr": 1}
+
+
+def test_a_replicated_constant_without_a_consumer_on_its_own_worker_is_removed_with_its_control_inputs():
+    # lr on task 0 feeds tasks 1 and 2 only: copies there, and u (task 1) signals task 2, not task 0
+    graph = optimizer_constant(["u"], ["apply1", "apply2"])
+    where = {"lr": 0, "u": 1, "apply1": 1, "apply2": 2}
+    result = simulate(graph, placed(graph, where), workers(3), record=True)
+    assert [(task.producer, task.src, task.dst) for task in result.schedule.transfers] == [("u", 1, 2)]
+
+
 # Rule 4: memory.
 
 

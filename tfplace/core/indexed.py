@@ -9,7 +9,8 @@ op position. It is derived from the cost graph, never edited, and never kept bet
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +26,7 @@ from tfplace.core.costgraph import CostGraphError
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
 
-__all__ = ["IndexedGraph", "gc_paused", "index_graph", "index_tables"]
+__all__ = ["REPLICATED_CONSTANT_ELEMENTS", "IndexedGraph", "gc_paused", "index_graph", "index_tables"]
 
 T = TypeVar("T")
 
@@ -47,6 +48,9 @@ class IndexedGraph:
     belongs to exactly one group and ``group_members[g]`` lists the ops of group ``g``.
     ``follower[i]`` is true for a gradient op indexed with ``coplace_gradients``: its device follows
     its forward op's, so a placer that decides a group by its first op lets a forward op decide.
+    ``small_constant[i]`` is true for a constant TensorFlow copies to each device that consumes it
+    (:data:`REPLICATED_CONSTANT_ELEMENTS`): a ``Const`` or ``HostConst`` of at most 16 elements
+    (by its recorded output shape; an op without one is not) that no control edge leaves.
     """
 
     names: list[str]
@@ -70,6 +74,7 @@ class IndexedGraph:
     group_members: list[list[int]]
     link: TransferModel
     follower: np.ndarray
+    small_constant: np.ndarray
 
     def __len__(self) -> int:
         return len(self.names)
@@ -155,8 +160,8 @@ def index_tables(
     ``transfer_time`` with ``recorded_times``. Call it with the garbage collector paused."""
     index = {name: i for i, name in enumerate(names)}
     n = len(names)
-    compute, persistent, temporary, output_sizes, keys, kinds, aliased, gradient_of = _rows_to_columns(
-        map(_op_row, ops), 8
+    compute, persistent, temporary, output_sizes, keys, kinds, aliased, gradient_of, constant = (
+        _rows_to_columns(map(_op_row, ops), 9)
     )
     aliases = _aliases(aliased, index, names)
     follower = np.zeros(n, dtype=bool)
@@ -178,6 +183,8 @@ def index_tables(
         size = np.asarray(nbytes, dtype=float)
         times = np.where(size > 0, link.k * size + link.b * transfer_counts, 0.0).tolist()
     transfers = transfer_counts.tolist()
+    control_out = np.zeros(n, dtype=bool)
+    control_out[np.repeat(np.arange(n), outdegree)[np.asarray(control, dtype=bool)]] = True
     succ_bounds = np.concatenate(([0], np.cumsum(outdegree)))
     src = np.repeat(np.arange(n), outdegree)
     by_dst = np.argsort(dst, kind="stable")  # edges grouped by consumer, producers in op order
@@ -205,6 +212,7 @@ def index_tables(
         group_members=group_members,
         link=link,
         follower=follower,
+        small_constant=np.array(constant, dtype=bool) & ~control_out,
     )
 
 
@@ -233,8 +241,8 @@ def _allocated_outputs(
 
 
 def _op_row(attrs: dict[str, Any]) -> tuple[Any, ...]:
-    """The attributes of one op that indexing reads (``aliased_outputs`` and ``gradient_of`` are
-    optional)."""
+    """The attributes of one op that indexing reads (``aliased_outputs``, ``gradient_of``,
+    ``op_type`` and ``output_shapes`` are optional), the last whether it is a small constant."""
     return (
         attrs["compute_time"],
         attrs["persistent_bytes"],
@@ -244,7 +252,28 @@ def _op_row(attrs: dict[str, Any]) -> tuple[Any, ...]:
         attrs["device_kinds"],
         attrs.get("aliased_outputs", ()),
         attrs.get("gradient_of"),
+        _is_small_constant(attrs.get("op_type", ""), attrs.get("output_shapes")),
     )
+
+
+REPLICATED_CONSTANT_ELEMENTS = 16
+"""The most elements a constant TensorFlow replicates has: its ``ReplicateConstantsPass`` (run on
+every placed graph before it is partitioned) replaces a CPU constant of at most 16 elements whose
+consumers are on several devices, and from which no control edge leaves, by one copy on each of
+those devices (on CPUs, the consumer's own device: its default ``enable_aggressive_constant_replication``),
+each copy keeping every control input of the original."""
+
+
+def _is_small_constant(op_type: str, shapes: Sequence[Sequence[int]] | None) -> bool:
+    """Whether an op is a constant of at most :data:`REPLICATED_CONSTANT_ELEMENTS` known elements."""
+    if (
+        op_type not in ("Const", "HostConst")
+        or not shapes
+        or len(shapes) != 1
+        or min(shapes[0], default=0) < 0
+    ):
+        return False
+    return math.prod(shapes[0]) <= REPLICATED_CONSTANT_ELEMENTS
 
 
 def _edge_row(attrs: dict[str, Any]) -> tuple[Any, ...]:

@@ -54,6 +54,11 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    it is satisfied when the producer ends. On a link whose devices do the transfers' work it is
    an empty tensor sent like any other (send and receive tasks of ``copy_b``), once per producer
    and receiving device: TensorFlow's graph partitioning sends it as a ``_Send``/``_Recv`` pair.
+   A constant of at most 16 elements on a CPU whose consumers are on several CPU devices, and from
+   which no control edge leaves, is one copy on each of those devices, each waiting for every
+   control input of the original (TensorFlow's ``ReplicateConstantsPass``): it sends no tensor,
+   and each of its control inputs sends a message to every other device of a copy
+   (:func:`~tfplace.simulator.plan.replicated_constants`).
 4. **Memory.** A device holds the persistent bytes of its ops from time 0. An op allocates its
    outputs and its temporary bytes when it starts and frees the temporary bytes when it ends.
    An output slot is freed when the last of its consumers on the device and of its transfers

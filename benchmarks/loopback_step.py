@@ -1,0 +1,125 @@
+"""What one loopback worker adds to a one-device step: the same step in this process and on a worker.
+
+The fidelity rows of one loopback worker (``benchmarks/fidelity.py``) ran 10-21% slower than the
+simulation on Tensor Holography and Inception V3 while the virtual rows (the same ops in this
+process) were within 2%. This benchmark runs each model's one-device placement both ways, in
+interleaved rounds after the executor's warm-up (:data:`tfplace.estimator.calibration.STEADY_STATE_STEPS`),
+and prints side by side, per step:
+
+- wall-clock seconds, the minimum and the median of the rounds (on a busy machine only the
+  minimum means something);
+- CPU seconds of this process and of the workers (``/proc``), which a busy machine hardly
+  changes: where the worker's step spends more than this process's, and how much the client's
+  ``RunStep`` call costs;
+- the profiler's statistic of every op's traced time (``lower_mean`` of ``--traced_steps`` traced
+  steps, as :mod:`tfplace.estimator.statistics` reduces a profile), summed per op type: whether
+  the kernels themselves run slower in a worker.
+
+At load 6-8 (session 6): the kernels took the same time in a worker (Tensor Holography +1.0%, its
+convolutions within 1%), the worker's CPU per step matched this process's (Inception V3 +0.4%,
+the NMT +0.3%, Tensor Holography +2.4%), and the client spent 1.1-1.8 ms of CPU per step in its
+``RunStep`` call; the minimum steps differed by 1.2 ms (NMT, Tensor Holography) to 2.8 ms
+(Inception V3). Run from the repository root, on a quiet machine, after ``tfplace calibrate``:
+
+    PYTHONPATH=. .venv/bin/python benchmarks/loopback_step.py
+    PYTHONPATH=. .venv/bin/python benchmarks/loopback_step.py --models=tensor_holography --rounds=300
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+from absl import app, flags
+
+from benchmarks import fidelity
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("rounds", 100, "Untraced steps of each session, one of each per round.")
+flags.DEFINE_integer("traced_steps", 20, "Traced steps of each session for the per-op statistic.")
+
+KINDS = ("virtual", "loopback")
+
+
+def op_type_times(graph, run_metadatas: Sequence) -> dict[str, float]:
+    """Per op type, the summed profiler statistic (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s)
+    of the traced times of each op of ``graph`` over ``run_metadatas``; the executor's own records
+    (``_SOURCE``, fed arguments, ``RecvTensor``) are no op of the graph and left out."""
+    from tfplace.estimator.statistics import RepeatPolicy, location
+    from tfplace.tf_graph.step_stats import node_compute_time
+
+    policy = RepeatPolicy()
+    times: dict[str, list[float]] = defaultdict(list)
+    for metadata in run_metadatas:
+        for dev_stats in metadata.step_stats.dev_stats:
+            for node in dev_stats.node_stats:
+                times[node.node_name].append(node_compute_time(node))
+    by_type: dict[str, float] = defaultdict(float)
+    for op in graph.get_operations():
+        if op.name in times:
+            statistic = location(
+                np.asarray(times[op.name]), policy.statistic, policy.trim, policy.lower_fraction
+            )
+            by_type[op.type] += float(statistic)
+    return dict(by_type)
+
+
+def compare_model(name: str, cluster, calibration) -> None:
+    """Print the model's one-device step in this process against the step on worker 0."""
+    spec, batch, estimate = fidelity.profiled_model(name)
+    FLAGS.devices = 1
+    with contextlib.ExitStack() as stack:
+        series = {}
+        for kind in KINDS:
+            devices = calibration.device_set(fidelity.device_names(kind, 1), 1 << 40)
+            costs = calibration.step_costs(estimate.cost_graph, kind)
+            placement = fidelity.placements(costs, estimate.imported.cost_graph, devices, ["single"])[
+                "single"
+            ]
+            series[kind] = fidelity.open_series(stack, spec, batch, placement, kind, cluster, calibration)
+        for steps in series.values():
+            fidelity.warm_up(steps, cluster.pids)
+        for _ in range(FLAGS.rounds):
+            for steps in series.values():
+                wall, cpu = steps.step(cluster.pids)
+                steps.wall.append(wall)
+                steps.cpu.append(cpu)
+        traced = {
+            kind: [fidelity.traced_step(steps) for _ in range(FLAGS.traced_steps)]
+            for kind, steps in series.items()
+        }
+    for kind, steps in series.items():
+        print(
+            f"{name},{kind},wall min {min(steps.wall) * 1e3:.3f} ms,median {statistics.median(steps.wall) * 1e3:.3f} ms,"
+            f"CPU of all processes {statistics.mean(steps.cpu) * 1e3:.3f} ms"
+        )
+    here, worker = (op_type_times(spec.graph, traced[kind]) for kind in KINDS)
+    print(
+        f"{name},traced ops in-process {sum(here.values()) * 1e3:.3f} ms,on a worker {sum(worker.values()) * 1e3:.3f} ms"
+    )
+    for op_type in sorted(here, key=here.get, reverse=True)[:8]:
+        ratio = worker.get(op_type, 0.0) / here[op_type] - 1 if here[op_type] else 0.0
+        print(
+            f"  {op_type}: {here[op_type] * 1e3:.3f} ms in-process, {worker.get(op_type, 0.0) * 1e3:.3f} ms on a worker ({ratio:+.1%})"
+        )
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    from tfplace.core.device_model import CpuCalibration
+    from tfplace.tf_graph.cluster import LocalCluster
+
+    unknown = sorted(set(FLAGS.models) - set(fidelity.MODEL_SIZES))
+    if unknown:
+        raise app.UsageError(f"unknown models {unknown}; choose from {', '.join(fidelity.MODEL_SIZES)}")
+    calibration = CpuCalibration.load(FLAGS.calibration)
+    with LocalCluster(1) as cluster:
+        for name in FLAGS.models:
+            compare_model(name, cluster, calibration)
+
+
+if __name__ == "__main__":
+    app.run(main)
