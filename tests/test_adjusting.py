@@ -218,10 +218,29 @@ def test_the_order_place_guard_keeps_order_places_placement_when_its_schedule_is
     )
     device_set = devices(2)
     indexed = index_graph(graph, device_set.typical_link)
-    guarded = celeritas(indexed, device_set, exploration_range=1)
+    guarded = celeritas(indexed, device_set, exploration_range=1, memory_model="static")
     assert guarded.details["cluster_placer"] == "order_place_clusters"
     assert guarded.estimated_makespan == pytest.approx(23)
     assert simulate(indexed, guarded.op_devices, device_set).makespan == pytest.approx(23)
+
+
+def test_under_liveness_the_refined_spread_candidate_beats_both_cluster_placers():
+    # The same graph: Adjusting Placement's 113 s and Order-Place's 23 s (one device) are the
+    # candidates; part moves then run x and y side by side, y beside a, x, j and z on device 1 (14 s).
+    graph = graph_from_edges(
+        [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
+        {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
+    )
+    device_set = devices(2)
+    indexed = index_graph(graph, device_set.typical_link)
+    output = celeritas(indexed, device_set, exploration_range=1)
+    estimates = {placer: makespan for _, placer, makespan, _ in output.details["candidates"]}
+    assert estimates == {"adjusting_placement": pytest.approx(113), "order_place_clusters": pytest.approx(23)}
+    assert output.details["refined"]
+    placed = dict(zip(indexed.names, output.op_devices.tolist()))
+    assert placed["x"] != placed["y"] and placed["x"] == placed["j"] == placed["z"]
+    assert output.estimated_makespan == pytest.approx(14)
+    assert simulate(indexed, output.op_devices, device_set).makespan == pytest.approx(14)
 
 
 def test_adjusting_can_be_slower_than_order_place_when_its_moves_take_the_memory_a_later_cluster_needs():

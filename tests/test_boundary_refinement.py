@@ -1,13 +1,15 @@
-"""Boundary refinement of Celeritas' cluster placement (tfplace/placer/refine.py)."""
+"""Boundary and part refinement of Celeritas' cluster placement (tfplace/placer/refine.py)."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfplace.core.costgraph import graph_memory, load_json
-from tfplace.core.devices import DeviceSet
+from tfplace.core.costgraph import CostGraph, graph_memory, load_json
+from tfplace.core.device_model import DEVICE_MODELS
+from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.orders import kahn_order, leaders_first
 from tfplace.core.synthetic import random_dag
@@ -16,10 +18,11 @@ from tfplace.placer.adjusting import order_place_clusters
 from tfplace.placer.celeritas import celeritas
 from tfplace.placer.fusion import fuse
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.refine import _boundary_moves, refine_boundaries
+from tfplace.placer.refine import _boundary_moves, _part_targets, refine_boundaries
 from tfplace.simulator import simulate
 
 COMMITTED_CNN = Path(__file__).parent / "data" / "cnn_costs_b64.json.gz"
+INCEPTION_V3 = Path(__file__).resolve().parent.parent / "results" / "graphs" / "inception_v3.json.gz"
 
 
 def filled(graph, device_set, exploration_range=200):
@@ -90,3 +93,66 @@ def test_celeritas_refines_the_committed_cnn_split_over_two_devices_to_a_shorter
     assert step == pytest.approx(output.estimated_makespan)
     assert step < kept
     assert fits(output.ledger)
+
+
+def fork_join(branch_seconds=1.0):
+    """``a`` forks into two branches ``b`` and ``c`` of ``branch_seconds`` each, joined by ``d``;
+    small tensors (1 kB)."""
+    graph = CostGraph()
+    for name, seconds in (("a", 1e-3), ("b", branch_seconds), ("c", branch_seconds), ("d", 1e-3)):
+        graph.add_op(name, compute_time=seconds, output_sizes=(1000,))
+    for src, dst in (("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")):
+        graph.add_dependency(src, dst, slots=(0,))
+    return graph
+
+
+def one_cluster_on_device_0(indexed, device_set):
+    """The finished liveness ledger of every op on device 0, and the one cluster holding them."""
+    ledger = MemoryLedger(indexed, device_set, memory_model="liveness")
+    ops = kahn_order(indexed)
+    ledger.commit(sorted(set(indexed.group.tolist())), 0, ops)
+    coarse = CostGraph()
+    coarse.add_op("cluster", compute_time=float(indexed.compute.sum()))
+    return ledger, index_graph(coarse), [ops], [0]
+
+
+def test_part_targets_are_the_devices_in_use_and_one_empty_device_of_each_kind_and_memory():
+    devices = DeviceSet(
+        tuple(Device(f"/device:GPU:{i}", memory) for i, memory in enumerate((8, 8, 8, 8, 16)))
+    )
+    ledger = MemoryLedger(index_graph(fork_join()), devices)
+    assert _part_targets(ledger, np.array([1, 1, 3, 1])) == [0, 1, 3, 4]
+
+
+def test_a_branch_moves_to_an_empty_device_where_it_runs_beside_its_sibling():
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(fork_join(), device_set.typical_link)
+    ledger, coarse, members, devices = one_cluster_on_device_0(indexed, device_set)
+    refined = refine_boundaries(ledger, coarse, members, devices)
+    assert refined is not None
+    placed = dict(zip(indexed.names, refined.op_devices().tolist()))
+    assert placed["b"] != placed["c"]
+    assert simulate(indexed, refined.op_devices(), device_set).makespan < 1.1
+
+
+def test_no_part_moves_when_one_device_runs_a_chain_fastest():
+    graph = fork_join()
+    graph.add_dependency("b", "c", slots=(0,))  # the branches now run one after the other
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(graph, device_set.typical_link)
+    assert refine_boundaries(*one_cluster_on_device_0(indexed, device_set)) is None
+
+
+@pytest.mark.slow
+def test_celeritas_places_inception_v3_faster_than_one_device_and_within_memory():
+    """Issue 14: the one-device step (2.66 s) does not fit a V100's 32 GiB; the refined placement
+    fits and, running branches beside each other, is shorter."""
+    graph = load_json(INCEPTION_V3)
+    device_set = DeviceSet.parse("/device:GPU:0-3", DEVICE_MODELS["V100-32GB"].memory)
+    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    one_device = simulate(indexed, np.zeros(len(indexed), dtype=np.int64), device_set)
+    step = simulate(indexed, output.op_devices, device_set)
+    assert one_device.oom and not step.oom
+    assert output.details["refined"]
+    assert step.makespan < one_device.makespan

@@ -57,7 +57,8 @@ CLUSTERS_PER_STAGE = 4
 #: The fastest candidates that fill several devices whose boundaries are refined (the fastest
 #: before refinement is not always the fastest after it), those within ``REFINED_WITHIN`` of the
 #: fastest one's makespan (a refinement gains a few percent; each costs up to
-#: :data:`~tfplace.placer.refine.MAX_MOVES` replays).
+#: :data:`~tfplace.placer.refine.MAX_MOVES` replays, then the part moves'
+#: :data:`~tfplace.placer.refine.PART_MOVE_BUDGET`).
 REFINED_CANDIDATES = 2
 REFINED_WITHIN = 0.05
 
@@ -89,7 +90,8 @@ def celeritas(
     clusters: a CPD-TOPO cluster runs down one path (the critical path first), a breadth-first one
     holds parallel branches side by side, so the fill ends elsewhere and the devices exchange other
     tensors; which is faster depends on the graph, and the replay decides. Then the clusters next
-    to the device boundaries of the kept placement move across them while the replay gets faster
+    to the device boundaries of the kept placement move across them, and parts of clusters to any
+    target device, while the replay gets faster
     (:func:`~tfplace.placer.refine.refine_boundaries`, ``details["refined"]``; ``cluster_devices``
     and ``schedule`` stay the candidate's).
 
