@@ -81,6 +81,7 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
     receivers: list[list[int]] = []  # the consumers waiting for each tensor
     delivered: list[tuple[float, int]] = []  # (arrival, tensor) and (channels free, _CHANNELS_FREE)
     waiting_transfers = 0
+    transfers_may_start = False  # a transfer was queued or a channel freed since the last attempt
     now = 0.0
     while len(order) < n:
         next_finish = finishes[0][0] if finishes else math.inf
@@ -101,6 +102,7 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
                             sent[key] = len(tensors)
                             heappush(queued[source * count + target], (now, rank[u], len(tensors)))
                             waiting_transfers += 1
+                            transfers_may_start = True
                             tensors.append((u, target, size, link))
                             receivers.append([])
                         receivers[sent[key]].append(w)
@@ -109,16 +111,19 @@ def executor_order(graph: IndexedGraph, op_devices: Sequence[int], devices: Devi
                 _arrive(w, arrived, now, ready_at, waiting, arrivals, queues[target], rank)
         elif next_delivery < math.inf and (not arrivals or next_delivery <= arrivals[0][0]):
             now, t = heappop(delivered)
+            if t == _CHANNELS_FREE:
+                transfers_may_start = True
             for w in receivers[t] if t != _CHANNELS_FREE else ():
                 _arrive(w, now, now, ready_at, waiting, arrivals, queues[op_devices[w]], rank)
         else:
             now = arrivals[0][0]
         if (finishes and finishes[0][0] <= now) or (delivered and delivered[0][0] <= now):
             continue
-        if waiting_transfers:
+        if waiting_transfers and transfers_may_start:
             waiting_transfers -= _start_transfers(
                 queued, routes, channel_free, tensors, transfers, delivered, now
             )
+            transfers_may_start = False
         while arrivals and arrivals[0][0] <= now:
             entry = heappop(arrivals)
             heappush(queues[op_devices[entry[2]]], entry)
