@@ -104,7 +104,8 @@ def report(label: str, check: Any, seconds: float, floor: Any = None, steps: Any
     from the unsplit state is within the tolerance or its step's reordering floor, and no more of
     the trajectory's values leave their own floor than a reordering of the batch leaves the others'."""
     beyond = floor.beyond(check.deviations, TOLERANCE) if floor is not None else []
-    noise = max(floor.beyond_the_others(TOLERANCE), default=0) if floor is not None else 0
+    others = sorted(floor.beyond_the_others(TOLERANCE)) if floor is not None else [0]
+    noise = others[-1]
     stepwise = steps is not None and all(s.deviation <= max(TOLERANCE, s.floor or 0.0) for s in steps)
     first_step = check.step_deviations[0] <= TOLERANCE
     chaotic_ok = floor is not None and first_step and stepwise and len(beyond) <= noise
@@ -127,7 +128,8 @@ def report(label: str, check: Any, seconds: float, floor: Any = None, steps: Any
         print(
             f"{'':<40} reordering floor (unsplit, the {floor.orders} other orders of the batch) "
             f"{floor.max_deviation:9.2e} ({floor.worst}); values beyond the tolerance {over}, "
-            f"beyond their own floor {len(beyond)} (a reordering beyond the other orders' floor: at most {noise})"
+            f"beyond their own floor {len(beyond)} (a reordering beyond the other orders' floor: at most {noise}, "
+            f"median {others[len(others) // 2]})"
             + "".join(f"; {name} {d:.2e} > floor {f:.2e}" for name, d, f in beyond[:3]),
             flush=True,
         )
