@@ -27,8 +27,14 @@ in another order, the same graph moves by up to 1e2. Such a row passes only when
    reordering has beyond the floor of the remaining orders (each of the values in that tail leaves
    the range of its samples about once in ``orders`` draws, the split's draw included).
 
+With ``--float64`` the Keras models (Inception V3) build with floatx float64, so that their batch
+norms run unfused (``Mean``, ``SquaredDifference``: split as partial sums) and rounding starts
+near 1e-16: how many steps a chaotic run tracks the unsplit one when rounding cannot explain
+a deviation (Inception V3: 5 steps within the tolerance; the unsplit run itself diverges from its
+own float64 rounding at about 300x per step).
+
     .venv/bin/python benchmarks/split_equivalence.py [--inference] [--training] [--cluster] [--steps 20]
-        [--cases transformer inception_v3]
+        [--cases transformer inception_v3] [--floor_orders 23] [--float64]
 """
 
 from __future__ import annotations
@@ -162,8 +168,11 @@ def inference(devices: int) -> bool:
     return ok
 
 
-def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], int]]:
-    """(label, graph, fetches, feeds, batch) of every training graph: the models and the test graphs."""
+def training_cases(
+    cases: list[str] | None,
+) -> list[tuple[str, Any, list[str], dict[str, np.ndarray], int]]:
+    """(label, graph, fetches, feeds, batch) of the training graphs named in ``cases`` (all when
+    ``None``): the models and the test graphs."""
     import json
 
     from helpers import SMALL_MODELS, feed_function
@@ -174,11 +183,17 @@ def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], i
     cases = []
     batch = 4
     for model, knobs in sorted(SMALL_MODELS.items()):
+        if cases and model not in cases:
+            continue
         spec = build_model(model, **knobs)
-        cases.append((model, spec.graph, [spec.loss, spec.train_op], spec.feed_fn(batch), batch))
+        precision = spec.graph.get_tensor_by_name(spec.loss).dtype  # float64 with --float64 (Keras models)
+        label = model if precision == tf.float32 else f"{model} {precision.name}"
+        cases.append((label, spec.graph, [spec.loss, spec.train_op], spec.feed_fn(batch), batch))
     data = Path(__file__).resolve().parents[1] / "tests" / "data"
     entries = json.loads((data / "graphs.json").read_text())
     for key, entry in sorted(entries.items()):
+        if cases and key not in cases:
+            continue
         graph = load_graph(data / entry["file"])
         fetches = [entry["loss"], entry["train_op"]] if "loss" in entry else [entry["train_op"]]
         cases.append((key, graph, fetches, feed_function(entry)(batch), batch))
@@ -187,9 +202,7 @@ def training_cases() -> list[tuple[str, Any, list[str], dict[str, np.ndarray], i
 
 def training(steps: int, cluster: bool, cases: list[str] | None, floor_orders: int) -> bool:
     ok = True
-    for label, graph, fetches, feeds, batch in training_cases():
-        if cases and label not in cases:
-            continue
+    for label, graph, fetches, feeds, batch in training_cases(cases):
         try:
             ok &= train_case(label, graph, fetches, feeds, batch, steps, cluster, floor_orders)
         except Exception as error:  # one failing graph does not hide the others' rows
@@ -242,7 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--floor_orders", type=int, default=FLOOR_ORDERS, help="orders of the batch per floor"
     )
+    parser.add_argument(
+        "--float64",
+        action="store_true",
+        help="build the Keras models (Inception V3) in float64: batch norm unfused, rounding near 1e-16",
+    )
     args = parser.parse_args(argv)
+    if args.float64:
+        import tf_keras
+
+        tf_keras.backend.set_floatx("float64")
     everything = not (args.inference or args.training)
     ok = True
     if args.inference or everything:
