@@ -30,8 +30,7 @@ in another order, the same graph moves by up to 1e2. Such a row passes only when
 With ``--float64`` the Keras models (Inception V3) build with floatx float64, so that their batch
 norms run unfused (``Mean``, ``SquaredDifference``: split as partial sums) and rounding starts
 near 1e-16: how many steps a chaotic run tracks the unsplit one when rounding cannot explain
-a deviation (Inception V3: 5 steps within the tolerance; the unsplit run itself diverges from its
-own float64 rounding at about 300x per step).
+a deviation (Inception V3: 5 steps within the tolerance, ``results/split_equivalence.txt``).
 
     .venv/bin/python benchmarks/split_equivalence.py [--inference] [--training] [--cluster] [--steps 20]
         [--cases transformer inception_v3] [--floor_orders 23] [--float64]
