@@ -5,6 +5,9 @@
 feeds, then compares every fetched value of every step and every variable after the last step, and
 reads the last step's FULL_TRACE step stats of the rewrite: every piece must have run on its device.
 Works in one process (virtual CPUs) and on a :class:`~tfplace.tf_graph.cluster.LocalCluster`.
+A training run that amplifies rounding is judged against the unsplit graph fed its batch in other
+orders (:func:`reordering_floor`) and one step at a time from the unsplit weights
+(:func:`compare_steps`).
 """
 
 from __future__ import annotations
@@ -208,7 +211,8 @@ class ReorderingFloor:
     def beyond_the_others(self, tolerance: float) -> list[int]:
         """Per order, how many of its values are beyond ``tolerance`` and beyond the other orders'
         floor: how often another sample of the same rounding noise leaves the floor's range (about
-        one value in ``orders`` of those beyond the tolerance when the noise is heavy-tailed)."""
+        one value in ``orders`` of those beyond the tolerance, the chance that one of ``orders``
+        exchangeable samples is the largest)."""
         return [len(self.beyond(d, tolerance, without=i)) for i, d in enumerate(self.per_order)]
 
 
