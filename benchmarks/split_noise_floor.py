@@ -12,8 +12,14 @@ training, the loss deviation of split and control, and after the last step the l
 of any weight (and where). With ``--orders``, each weight's split deviation against its own floor:
 its largest deviation when the unsplit graph is fed its batch in that many other orders.
 
+With ``--layers``, per training batch norm at step 1 (forward): how far the split's and the
+control's normalized output is from the unsplit graph's, and each run's *local* error, its output
+against float64 truth computed from that run's own input to the layer (Ioffe and Szegedy 2015,
+Algorithm 1): a rewrite error shows as a local error above the fused kernel's, rounding
+amplified through the network as a deviation growing layer by layer with local errors alike.
+
     .venv/bin/python benchmarks/split_noise_floor.py [--models inception_v3 transformer] [--steps 20]
-        [--orders 23]
+        [--orders 23] [--layers]
 """
 
 from __future__ import annotations
@@ -171,6 +177,56 @@ def weight_floors(spec: Any, feeds: dict, steps: int, orders: int, base: list, s
         print(f"   {name:<60} split {split_deviation:9.2e}  floor {own_floor:9.2e}")
 
 
+def batch_norm_layers(model: str) -> None:
+    """The ``--layers`` table (module docstring) of every ``FusedBatchNormV3`` of ``model``."""
+    from helpers import SMALL_MODELS
+    from models import build_model
+    from tfplace.split.plan import OpSplit
+
+    spec = build_model(model, **SMALL_MODELS[model])
+    layers = [op for op in spec.graph.get_operations() if op.type == "FusedBatchNormV3"]
+    with spec.graph.as_default():  # identities the plan keeps whole: the split's pieces joined
+        probes = [
+            [tf.identity(t, name=f"probe/{op.name}/{i}").name for i, t in enumerate(op.inputs[:3])]
+            + [tf.identity(op.outputs[0], name=f"probe/{op.name}/y").name]
+            for op in layers
+        ]
+    devices = ["/device:CPU:0", "/device:CPU:1"]
+    plan = uniform_plan(spec.graph, devices, BATCH, batch_size=BATCH_SIZE)
+    plan.splits.update({name.split(":")[0]: OpSplit.whole(devices[0]) for group in probes for name in group})
+    rewritten, _ = split_graph(plan, spec.graph, BATCH_SIZE)
+    feeds, order = spec.feed_fn(BATCH_SIZE), np.array([1, 0, 3, 2])  # an order that is its own inverse
+    loss = spec.loss if isinstance(spec.loss, str) else spec.loss.name
+    flat = [loss] + [name for group in probes for name in group]
+    start, base, _, _ = train(spec.graph, spec.loss, spec.train_op, feeds, 0, flat, None)
+    _, split, _, _ = train(rewritten, spec.loss, spec.train_op, feeds, 0, flat, start)
+    _, control, _, _ = train(spec.graph, spec.loss, spec.train_op, permuted(feeds, order), 0, flat, start)
+    control |= {name: value[order] for name, value in control.items() if np.ndim(value) == 4}
+    print(
+        f"== {model}: step 1 per training batch norm: input shape, smallest variance of a channel; "
+        "deviation from the unsplit output of the split and the control; local error of unsplit, split, control"
+        f" (loss: split {deviation(base[loss], split[loss]):.2e}, control {deviation(base[loss], control[loss]):.2e})"
+    )
+    for op, (x, scale, offset, y) in zip(layers, probes):
+        epsilon = op.get_attr("epsilon")
+        local = [
+            deviation(batch_norm_truth(run[x], run[scale], run[offset], epsilon), run[y])
+            for run in (base, split, control)
+        ]
+        variance = float(np.asarray(base[x], np.float64).var((0, 1, 2)).min())
+        print(
+            f"   {op.name:<40} {np.shape(base[x])!s:<15} {variance:9.2e}  {deviation(base[y], split[y]):9.2e} "
+            f"{deviation(base[y], control[y]):9.2e} {local[0]:9.2e} {local[1]:9.2e} {local[2]:9.2e}"
+        )
+
+
+def batch_norm_truth(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, epsilon: float) -> np.ndarray:
+    """A training batch norm's output (NHWC) in float64."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean((0, 1, 2))
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean((0, 1, 2)) + epsilon) * scale + offset
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["inception_v3", "transformer"])
@@ -178,10 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--orders", type=int, default=0, help="also each weight's floor over this many orders"
     )
+    parser.add_argument("--layers", action="store_true", help="per batch norm at step 1, not training")
     args = parser.parse_args(argv)
     tf.compat.v1.disable_eager_execution()
     for model in args.models:
-        investigate(model, args.steps, args.orders)
+        if args.layers:
+            batch_norm_layers(model)
+        else:
+            investigate(model, args.steps, args.orders)
     return 0
 
 

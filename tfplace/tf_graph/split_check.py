@@ -5,6 +5,9 @@
 feeds, then compares every fetched value of every step and every variable after the last step, and
 reads the last step's FULL_TRACE step stats of the rewrite: every piece must have run on its device.
 Works in one process (virtual CPUs) and on a :class:`~tfplace.tf_graph.cluster.LocalCluster`.
+A training run that amplifies rounding is judged against the unsplit graph fed its batch in other
+orders (:func:`reordering_floor`) and one step at a time from the unsplit weights
+(:func:`compare_steps`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from tfplace.tf_graph.importer import fetch_op_names, step_closure
 from tfplace.tf_graph.session import default_initializers, executed_devices
 from tfplace.tf_graph.split_rewrite import SplitRewrite, split_graph
 
-__all__ = ["ReorderingFloor", "SplitCheck", "batch_orders", "compare_split", "deviation", "reordering_floor"]
+__all__ = [
+    "ReorderingFloor",
+    "SplitCheck",
+    "StepCheck",
+    "batch_orders",
+    "compare_split",
+    "compare_steps",
+    "deviation",
+    "reordering_floor",
+]
 
 
 @dataclass
@@ -77,16 +89,20 @@ def _run(
     metadata = tf.compat.v1.RunMetadata()
     with tf.compat.v1.Session(target, graph=graph, config=config) as session:
         session.run(default_initializers(graph))
-        if initial is not None:  # the same starting weights, in one run of their initializers
-            session.run(
-                [v.initializer for v in variables],
-                {v.initializer.inputs[1]: value for v, value in zip(variables, initial)},
-            )
+        if initial is not None:
+            _assign(session, variables, initial)
         start = session.run(variables)
         values = [session.run(list(fetches), dict(feeds)) for _ in range(steps - 1)]
         values.append(session.run(list(fetches), dict(feeds), options=trace, run_metadata=metadata))
         final = session.run(variables)
     return start, values, final, metadata
+
+
+def _assign(session: Any, variables: list[Any], values: list[Any]) -> None:
+    """Set every variable to its value, in one run of their initializers."""
+    session.run(
+        [v.initializer for v in variables], {v.initializer.inputs[1]: x for v, x in zip(variables, values)}
+    )
 
 
 def _placement_check(
@@ -174,12 +190,30 @@ def batch_orders(batch_size: int, count: int, seed: int = 0) -> list[np.ndarray]
 class ReorderingFloor:
     """How far the unsplit graph moves when fed its batch in other orders: per value (the keys of
     :attr:`SplitCheck.deviations`; scalar fetches and variables) the largest deviation over every
-    order, and the largest of all (where)."""
+    order, the largest of all (where), and every order's deviations."""
 
     max_deviation: float
     worst: str
     per_value: dict[str, float]
     orders: int
+    per_order: list[dict[str, float]] = field(default_factory=list)
+
+    def beyond(
+        self, deviations: Mapping[str, float], tolerance: float, without: int | None = None
+    ) -> list[tuple[str, float, float]]:
+        """``(value, deviation, its floor)`` of every value of ``deviations`` beyond ``tolerance``
+        and beyond its largest deviation over the orders (all of them, or all but order ``without``)."""
+        others = [d for i, d in enumerate(self.per_order) if i != without]
+        floors = {name: max((d.get(name, 0.0) for d in others), default=0.0) for name in deviations}
+        beyond = [(n, d, floors[n]) for n, d in deviations.items() if d > tolerance and d > floors[n]]
+        return sorted(beyond, key=lambda row: -row[1])
+
+    def beyond_the_others(self, tolerance: float) -> list[int]:
+        """Per order, how many of its values are beyond ``tolerance`` and beyond the other orders'
+        floor: how often another sample of the same rounding noise leaves the floor's range (about
+        one value in ``orders`` of those beyond the tolerance, the chance that one of ``orders``
+        exchangeable samples is the largest)."""
+        return [len(self.beyond(d, tolerance, without=i)) for i, d in enumerate(self.per_order)]
 
 
 def reordering_floor(
@@ -202,15 +236,100 @@ def reordering_floor(
     floor: dict[str, float] = {}
     worst, where = 0.0, ""
     permutations = batch_orders(batch_size, orders)
+    per_order = []
     for order in permutations:
-        reordered = {
-            name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
-            for name, value in feeds.items()
-        }
-        _, actual, other_final, _ = _run(graph, fetches, reordered, steps, config, target, start)
+        _, actual, other_final, _ = _run(
+            graph, fetches, _reordered(feeds, order, batch_size), steps, config, target, start
+        )
         deviations = _deviations(graph, fetches, expected, actual, final, other_final, scalars_only=True)
+        per_order.append(deviations)
         for name, value in deviations.items():
             floor[name] = max(floor.get(name, 0.0), value)
             if value >= worst:
                 worst, where = value, f"{name} (order {[int(i) for i in order]})"
-    return ReorderingFloor(worst, where, floor, len(permutations))
+    return ReorderingFloor(worst, where, floor, len(permutations), per_order)
+
+
+@dataclass
+class StepCheck:
+    """One training step of the rewrite started from the unsplit graph's weights before that step
+    (teacher forcing), against the unsplit graph's own step: its largest deviation over the step's
+    fetched values and every weight after it, and, when measured, the same step's reordering floor
+    (the largest deviation of the unsplit graph's step fed its batch in other orders, from the same
+    weights)."""
+
+    step: int
+    deviation: float
+    worst: str
+    floor: float | None = None
+    floor_worst: str = ""
+
+
+def compare_steps(
+    graph: Any,
+    plan: SplitPlan,
+    fetches: Sequence[str],
+    feeds: Mapping[str, Any],
+    *,
+    steps: int,
+    config: Any,
+    target: str = "",
+    batch_size: int,
+    floor_above: float = math.inf,
+    orders: int = 23,
+) -> list[StepCheck]:
+    """Each of ``steps`` training steps of ``plan``'s rewrite taken from the unsplit graph's state
+    along the unsplit trajectory: what the rewrite computes in one step, free of the amplification
+    of earlier differences over a chaotic training run. A step deviating more than ``floor_above``
+    gets its reordering floor over ``orders`` other orders of the batch (:func:`batch_orders`)."""
+    import tensorflow as tf
+
+    rewritten, _ = split_graph(plan, graph, batch_size)
+    permuted = [(order, _reordered(feeds, order, batch_size)) for order in batch_orders(batch_size, orders)]
+    sessions = [tf.compat.v1.Session(target, graph=g, config=config) for g in (graph, rewritten, graph)]
+    unsplit, split, control = sessions
+    variables, split_variables = _variables(graph), _variables(rewritten)
+    checks = []
+    try:
+        for session, g in zip(sessions, (graph, rewritten, graph)):
+            session.run(default_initializers(g))
+        for step in range(1, steps + 1):
+            before = unsplit.run(variables)
+            expected = [unsplit.run(list(fetches), dict(feeds))], unsplit.run(variables)
+            _assign(split, split_variables, before)
+            actual = [split.run(list(fetches), dict(feeds))], split.run(split_variables)
+            check = StepCheck(step, *_worst(graph, fetches, expected, actual))
+            if check.deviation > floor_above:
+                for order, reordered in permuted:
+                    _assign(control, variables, before)
+                    other = [control.run(list(fetches), reordered)], control.run(variables)
+                    value, where = _worst(graph, fetches, expected, other)
+                    if check.floor is None or value >= check.floor:
+                        check.floor, check.floor_worst = value, f"{where} (order {[int(i) for i in order]})"
+            checks.append(check)
+    finally:
+        for session in sessions:
+            session.close()
+    return checks
+
+
+def _worst(
+    graph: Any,
+    fetches: Sequence[str],
+    expected: tuple[list[Any], list[Any]],
+    actual: tuple[list[Any], list[Any]],
+) -> tuple[float, str]:
+    """The largest deviation of one step's ``(fetched values, weights after it)`` and where."""
+    deviations = _deviations(
+        graph, fetches, expected[0], actual[0], expected[1], actual[1], scalars_only=False
+    )
+    value, where = max(((d, name) for name, d in deviations.items()), default=(0.0, ""))
+    return value, where.replace(" at step 1", "").replace(" after step 1", "")
+
+
+def _reordered(feeds: Mapping[str, Any], order: np.ndarray, batch_size: int) -> dict[str, Any]:
+    """Every fed tensor leading with ``batch_size`` rows, its rows in ``order``."""
+    return {
+        name: np.asarray(value)[order] if np.ndim(value) and len(value) == batch_size else value
+        for name, value in feeds.items()
+    }
