@@ -179,7 +179,7 @@ def training_cases(
     from tfplace.tf_graph.importer import load_graph
 
     tf.compat.v1.disable_eager_execution()
-    cases = []
+    built: list[tuple[str, Any, list[str], dict[str, np.ndarray], int]] = []
     batch = 4
     for model, knobs in sorted(SMALL_MODELS.items()):
         if cases and model not in cases:
@@ -187,7 +187,7 @@ def training_cases(
         spec = build_model(model, **knobs)
         precision = spec.graph.get_tensor_by_name(spec.loss).dtype  # float64 with --float64 (Keras models)
         label = model if precision == tf.float32 else f"{model} {precision.name}"
-        cases.append((label, spec.graph, [spec.loss, spec.train_op], spec.feed_fn(batch), batch))
+        built.append((label, spec.graph, [spec.loss, spec.train_op], spec.feed_fn(batch), batch))
     data = Path(__file__).resolve().parents[1] / "tests" / "data"
     entries = json.loads((data / "graphs.json").read_text())
     for key, entry in sorted(entries.items()):
@@ -195,8 +195,8 @@ def training_cases(
             continue
         graph = load_graph(data / entry["file"])
         fetches = [entry["loss"], entry["train_op"]] if "loss" in entry else [entry["train_op"]]
-        cases.append((key, graph, fetches, feed_function(entry)(batch), batch))
-    return cases
+        built.append((key, graph, fetches, feed_function(entry)(batch), batch))
+    return built
 
 
 def training(steps: int, cluster: bool, cases: list[str] | None, floor_orders: int) -> bool:
