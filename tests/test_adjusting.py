@@ -192,15 +192,19 @@ def test_every_move_returns_the_clusters_results_to_the_previous_device_before_s
             assert schedule.finish[v] + back_cost < schedule.stay_start[v] + coarse.compute[v]
 
 
-def test_adjusting_can_be_slower_than_order_place_once_a_move_makes_the_new_device_sticky():
-    # a feeds x and y (10 s each); x sends 100 bytes to j, y 1 byte; j sends 200 bytes to z.
-    # Adjusting keeps x beside a, moves y (gains 9 s > back cost 1 s); j then stays on y's device
-    # (previous cluster) because moving it back would only gain 98 s < its back cost of 200 s,
-    # and waits for x's 100-byte transfer. Order-Place runs all five on one device.
-    graph = graph_from_edges(
+def sticky_fork_join():
+    """a feeds x and y (10 s each); x sends 100 bytes to j, y 1 byte; j sends 200 bytes to z."""
+    return graph_from_edges(
         [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
         {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
     )
+
+
+def test_adjusting_can_be_slower_than_order_place_once_a_move_makes_the_new_device_sticky():
+    # Adjusting keeps x beside a, moves y (gains 9 s > back cost 1 s); j then stays on y's device
+    # (previous cluster) because moving it back would only gain 98 s < its back cost of 200 s,
+    # and waits for x's 100-byte transfer. Order-Place runs all five on one device.
+    graph = sticky_fork_join()
     device_set = devices(2)
     indexed, adjusting, ordered = place_both(graph, device_set)
     placed = dict(zip(indexed.names, adjusting.op_devices.tolist()))
@@ -212,10 +216,7 @@ def test_adjusting_can_be_slower_than_order_place_once_a_move_makes_the_new_devi
 
 
 def test_the_order_place_guard_keeps_order_places_placement_when_its_schedule_is_shorter():
-    graph = graph_from_edges(
-        [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
-        {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
-    )
+    graph = sticky_fork_join()
     device_set = devices(2)
     indexed = index_graph(graph, device_set.typical_link)
     guarded = celeritas(indexed, device_set, exploration_range=1, memory_model="static")
@@ -227,10 +228,7 @@ def test_the_order_place_guard_keeps_order_places_placement_when_its_schedule_is
 def test_under_liveness_the_refined_spread_candidate_beats_both_cluster_placers():
     # The same graph: Adjusting Placement's 113 s and Order-Place's 23 s (one device) are the
     # candidates; part moves then run x and y side by side, y beside a, x, j and z on device 1 (14 s).
-    graph = graph_from_edges(
-        [("a", "x", 1), ("a", "y", 1), ("x", "j", 100), ("y", "j", 1), ("j", "z", 200)],
-        {"a": 1, "x": 10, "y": 10, "j": 1, "z": 1},
-    )
+    graph = sticky_fork_join()
     device_set = devices(2)
     indexed = index_graph(graph, device_set.typical_link)
     output = celeritas(indexed, device_set, exploration_range=1)

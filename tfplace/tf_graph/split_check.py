@@ -286,12 +286,13 @@ def compare_steps(
 
     rewritten, _ = split_graph(plan, graph, batch_size)
     permuted = [(order, _reordered(feeds, order, batch_size)) for order in batch_orders(batch_size, orders)]
-    sessions = [tf.compat.v1.Session(target, graph=g, config=config) for g in (graph, rewritten, graph)]
+    graphs = (graph, rewritten, graph)
+    sessions = [tf.compat.v1.Session(target, graph=g, config=config) for g in graphs]
     unsplit, split, control = sessions
     variables, split_variables = _variables(graph), _variables(rewritten)
     checks = []
     try:
-        for session, g in zip(sessions, (graph, rewritten, graph)):
+        for session, g in zip(sessions, graphs):
             session.run(default_initializers(g))
         for step in range(1, steps + 1):
             before = unsplit.run(variables)
