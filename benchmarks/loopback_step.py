@@ -3,7 +3,7 @@
 The fidelity rows of one loopback worker (``benchmarks/fidelity.py``) ran 10-21% slower than the
 simulation on Tensor Holography and Inception V3 while the virtual rows (the same ops in this
 process) were within 2%. This benchmark runs each model's one-device placement both ways, in
-interleaved rounds after the executor's warm-up (:data:`tfplace.estimator.calibration.STEADY_STATE_STEPS`),
+alternating blocks of :data:`BLOCK` steps after the executor's warm-up (:data:`tfplace.estimator.calibration.STEADY_STATE_STEPS`),
 and prints side by side, per step:
 
 - wall-clock seconds, the minimum and the median of the rounds (on a busy machine only the
@@ -11,6 +11,10 @@ and prints side by side, per step:
 - CPU seconds of this process and of the workers (``/proc``), which a busy machine hardly
   changes: where the worker's step spends more than this process's, and how much the client's
   ``RunStep`` call costs;
+- CPU seconds per step of each process split by thread name (``/proc/<pid>/task``): the
+  executor's ``tf_Compute`` threads against the gRPC threads (``event_engine``, the unnamed
+  ``python`` threads of a worker) and the client's own, which tells whether a worker's ops or its
+  RPC work take the extra time;
 - the profiler's statistic of every op's traced time (``lower_mean`` of ``--traced_steps`` traced
   steps, as :mod:`tfplace.estimator.statistics` reduces a profile), summed per op type: whether
   the kernels themselves run slower in a worker.
@@ -19,7 +23,11 @@ At load 6-8 (session 6): the kernels took the same time in a worker (Tensor Holo
 convolutions within 1%), the worker's CPU per step matched this process's (Inception V3 +0.4%,
 the NMT +0.3%, Tensor Holography +2.4%), and the client spent 1.1-1.8 ms of CPU per step in its
 ``RunStep`` call; the minimum steps differed by 1.2 ms (NMT, Tensor Holography) to 2.8 ms
-(Inception V3). Run from the repository root, on a quiet machine, after ``tfplace calibrate``:
+(Inception V3). By thread (session 7, Tensor Holography, load 7-10, 3 runs of 200 steps each way):
+the ``tf_Compute`` thread spent 14.5-16.2 ms per step in-process and 14.3-16.5 ms on the worker,
+the worker's RPC threads 0.3-0.5 ms, and the client 1.3-1.45 ms against 0.8-1.1 ms in-process;
+the minimum steps differed by 0.55-1.5 ms. Run from the
+repository root, on a quiet machine, after ``tfplace calibrate``:
 
     PYTHONPATH=. .venv/bin/python benchmarks/loopback_step.py
     PYTHONPATH=. .venv/bin/python benchmarks/loopback_step.py --models=tensor_holography --rounds=300
@@ -28,6 +36,8 @@ the NMT +0.3%, Tensor Holography +2.4%), and the client spent 1.1-1.8 ms of CPU 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,7 +48,10 @@ from absl import app, flags
 from benchmarks import fidelity
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("rounds", 100, "Untraced steps of each session, one of each per round.")
+flags.DEFINE_integer("rounds", 100, "Untraced steps of each session, in alternating blocks of BLOCK.")
+
+BLOCK = 20
+"""Steps of a session between two readings of its processes' thread CPU."""
 flags.DEFINE_integer("traced_steps", 20, "Traced steps of each session for the per-op statistic.")
 
 KINDS = ("virtual", "loopback")
@@ -67,6 +80,27 @@ def op_type_times(graph, run_metadatas: Sequence) -> dict[str, float]:
     return dict(by_type)
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """User plus system CPU seconds of process ``pid``'s live threads, summed by thread name."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    by_name: dict[str, float] = defaultdict(float)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            by_name[name] += (int(fields[11]) + int(fields[12])) / ticks
+    return dict(by_name)
+
+
+def thread_split(spent: dict[str, float], steps: int) -> str:
+    """``name ms`` per step of each thread name that spent CPU seconds (``spent``) over ``steps``."""
+    return ", ".join(
+        f"{name} {seconds / steps * 1e3:.3f} ms" for name, seconds in sorted(spent.items()) if seconds > 0
+    )
+
+
 def compare_model(name: str, cluster, calibration) -> None:
     """Print the model's one-device step in this process against the step on worker 0."""
     spec, batch, estimate = fidelity.profiled_model(name)
@@ -82,11 +116,18 @@ def compare_model(name: str, cluster, calibration) -> None:
             series[kind] = fidelity.open_series(stack, spec, batch, placement, kind, cluster, calibration)
         for steps in series.values():
             fidelity.warm_up(steps, cluster.pids)
-        for _ in range(FLAGS.rounds):
-            for steps in series.values():
-                wall, cpu = steps.step(cluster.pids)
-                steps.wall.append(wall)
-                steps.cpu.append(cpu)
+        processes = {"client": os.getpid(), "worker": cluster.pids[0]}
+        spent = {kind: {process: defaultdict(float) for process in processes} for kind in series}
+        for _ in range(math.ceil(FLAGS.rounds / BLOCK)):  # blocks, each read per process, alternating
+            for kind, steps in series.items():
+                before = {process: thread_cpu_seconds(pid) for process, pid in processes.items()}
+                for _ in range(BLOCK):
+                    wall, cpu = steps.step(cluster.pids)
+                    steps.wall.append(wall)
+                    steps.cpu.append(cpu)
+                for process, pid in processes.items():
+                    for thread, seconds in thread_cpu_seconds(pid).items():
+                        spent[kind][process][thread] += seconds - before[process].get(thread, 0.0)
         traced = {
             kind: [fidelity.traced_step(steps) for _ in range(FLAGS.traced_steps)]
             for kind, steps in series.items()
@@ -96,6 +137,8 @@ def compare_model(name: str, cluster, calibration) -> None:
             f"{name},{kind},wall min {min(steps.wall) * 1e3:.3f} ms,median {statistics.median(steps.wall) * 1e3:.3f} ms,"
             f"CPU of all processes {statistics.mean(steps.cpu) * 1e3:.3f} ms"
         )
+        for process, by_thread in spent[kind].items():
+            print(f"  {process} CPU per step by thread: {thread_split(by_thread, len(steps.wall))}")
     here, worker = (op_type_times(spec.graph, traced[kind]) for kind in KINDS)
     print(
         f"{name},traced ops in-process {sum(here.values()) * 1e3:.3f} ms,on a worker {sum(worker.values()) * 1e3:.3f} ms"
