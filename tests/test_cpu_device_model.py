@@ -22,7 +22,11 @@ CALIBRATION = CpuCalibration(
     processes={
         "virtual": CpuProcessModel(op_overhead=-0.5e-6, step_overhead=1e-4, threads=2, link=HAND_OFF),
         "loopback": CpuProcessModel(
-            op_overhead=1e-6, step_overhead=3e-4, threads=1, link=GRPC, op_overhead_fits=(0.8e-6, 1e-6, 1.1e-6)
+            op_overhead=1e-6,
+            step_overhead=3e-4,
+            threads=1,
+            link=GRPC,
+            op_overhead_fits=(0.8e-6, 1e-6, 1.1e-6),
         ),
     },
 )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 import uuid
@@ -62,6 +63,7 @@ __all__ = [
     "time_concurrent_transfers",
     "time_op_chains",
     "time_step_overheads",
+    "time_traced_and_untraced",
     "time_transfers",
 ]
 
@@ -240,9 +242,9 @@ def _item(item: tuple[int, Any]) -> str:
     return f"{item[0]:,}"
 
 
-def _timed(session: Any, fetch: Any) -> float:
+def _timed(session: Any, fetch: Any, feeds: Mapping[str, Any] | None = None) -> float:
     start = time.perf_counter()
-    session.run(fetch)
+    session.run(fetch, feeds)
     return time.perf_counter() - start
 
 
@@ -488,11 +490,15 @@ def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any
     return config
 
 
-def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
+StepBuilder = Callable[[str], tuple[Any, Any, Any, Mapping[str, Any]]]
+"""``build(device)``: a new graph of one training step on ``device``, its fetch, its initializer
+and the feeds a step takes (:func:`time_traced_and_untraced`)."""
+
+
+def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
     """A small training step of about ``ops`` ops on ``device``: a chain of narrow dense layers
     (4 x 16 activations) with their gradients and plain gradient descent, the mix of small
-    kernels, allocations and tensors of a training graph. Returns the graph, the train op and the
-    initializer."""
+    kernels, allocations and tensors of a training graph. A :data:`StepBuilder` (no feeds)."""
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -505,7 +511,7 @@ def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
         loss = tf.reduce_sum(h * h)
         train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
         initializer = tf.compat.v1.global_variables_initializer()
-    return graph, train, initializer
+    return graph, train, initializer, {}
 
 
 def time_op_chains(
@@ -517,11 +523,32 @@ def time_op_chains(
     repeats: int = 20,
     warmup_steps: int = STEADY_STATE_STEPS,
 ) -> list[tuple[int, float, float]]:
-    """Per chain of about ``ops`` ops, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
+    """:func:`time_traced_and_untraced` of chains of narrow dense layers (:func:`_op_chain`) of
+    about each of ``ops`` ops."""
+    return time_traced_and_untraced(
+        [functools.partial(_op_chain, count) for count in ops],
+        target=target,
+        config=config,
+        device=device,
+        repeats=repeats,
+        warmup_steps=warmup_steps,
+    )
+
+
+def time_traced_and_untraced(
+    steps: Sequence[StepBuilder],
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    repeats: int = 20,
+    warmup_steps: int = STEADY_STATE_STEPS,
+) -> list[tuple[int, float, float]]:
+    """Per training step ``steps`` build, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
     step in this process records and their times summed, as the profiler measures them, and the
     seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
-    The chains and the two kinds of step are timed in turns, ``repeats`` times.
+    The steps and the two kinds of run are timed in turns, ``repeats`` times.
 
     Each op's traced time is the profiler's statistic of its ``repeats`` times
     (:func:`~tfplace.estimator.statistics.location` of the default
@@ -542,24 +569,24 @@ def time_op_chains(
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with contextlib.ExitStack() as stack:
         runs = []
-        for count in ops:
-            graph, fetch, initializer = _op_chain(count, "/device:CPU:0")
+        for build in steps:
+            graph, fetch, initializer, feeds = build("/device:CPU:0")
             session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=profiling_config()))
             session.run(initializer)
-            graph, remote_fetch, initializer = _op_chain(count, device)
+            graph, remote_fetch, initializer, _ = build(device)
             remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
             remote.run(initializer)
             for _ in range(warmup_steps):
-                remote.run(remote_fetch)
-            runs.append((session, fetch, remote, remote_fetch))
-        records = [0] * len(ops)
-        traced: list[dict[str, list[float]]] = [{} for _ in ops]
-        untraced: list[list[float]] = [[] for _ in ops]
+                remote.run(remote_fetch, feeds)
+            runs.append((session, fetch, remote, remote_fetch, feeds))
+        records = [0] * len(steps)
+        traced: list[dict[str, list[float]]] = [{} for _ in steps]
+        untraced: list[list[float]] = [[] for _ in steps]
         for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
-            for i, (session, fetch, remote, remote_fetch) in enumerate(runs):
+            for i, (session, fetch, remote, remote_fetch, feeds) in enumerate(runs):
                 metadata = tf.compat.v1.RunMetadata()
-                session.run(fetch, options=trace, run_metadata=metadata)
-                seconds = _timed(remote, remote_fetch)
+                session.run(fetch, feeds, options=trace, run_metadata=metadata)
+                seconds = _timed(remote, remote_fetch, feeds)
                 if repeat < 2:  # warm-up
                     continue
                 nodes = [
@@ -636,7 +663,9 @@ def calibrate_op_overhead(
     if fits < 1:
         raise ValueError(f"fits must be at least 1, got {fits}")
     each = [
-        fit_op_overhead(*zip(*time_op_chains(ops, target=target, config=config, device=device, repeats=repeats)))
+        fit_op_overhead(
+            *zip(*time_op_chains(ops, target=target, config=config, device=device, repeats=repeats))
+        )
         for _ in range(fits)
     ]
     op_overhead, step_overhead = pooled_fits(each)
