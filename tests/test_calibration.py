@@ -114,3 +114,18 @@ def test_step_overheads_are_timed_for_one_then_more_devices_of_a_process():
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
     seconds = time_step_overheads(["/device:CPU:0", "/device:CPU:1"], config=config, repeats=3)
     assert len(seconds) == 2 and all(0 < s < 1 for s in seconds)
+
+
+@pytest.mark.tensorflow
+def test_the_per_op_overhead_is_the_median_of_fits_in_fresh_sessions_and_returns_each_fit():
+    import statistics
+
+    from tfplace.estimator.calibration import calibrate_op_overhead, profiled_run_config
+
+    op_overhead, step_overhead, fits = calibrate_op_overhead(
+        config=profiled_run_config(2, 1), ops=(30, 60), repeats=2, fits=3
+    )
+    assert len(fits) == 3 and all(math.isfinite(fit) for fit in fits)
+    assert op_overhead == statistics.median(fits) and step_overhead >= 0
+    with pytest.raises(ValueError, match="fits must be at least 1"):
+        calibrate_op_overhead(ops=(30, 60), repeats=2, fits=0)

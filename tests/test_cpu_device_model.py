@@ -11,7 +11,7 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
-from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, profiled_sum
+from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, pooled_fits, profiled_sum
 from tfplace.simulator import simulate
 
 HAND_OFF = TransferModel(k=0.0, b=5e-6, name="hand-off")
@@ -21,7 +21,13 @@ CALIBRATION = CpuCalibration(
     cores=2,
     processes={
         "virtual": CpuProcessModel(op_overhead=-0.5e-6, step_overhead=1e-4, threads=2, link=HAND_OFF),
-        "loopback": CpuProcessModel(op_overhead=1e-6, step_overhead=3e-4, threads=1, link=GRPC),
+        "loopback": CpuProcessModel(
+            op_overhead=1e-6,
+            step_overhead=3e-4,
+            threads=1,
+            link=GRPC,
+            op_overhead_fits=(0.8e-6, 1e-6, 1.1e-6),
+        ),
     },
 )
 VIRTUAL = ["/device:CPU:0", "/device:CPU:1"]
@@ -200,6 +206,13 @@ def test_a_calibration_is_stored_and_read_back_unchanged(tmp_path):
     assert CpuCalibration.load(path) == CALIBRATION
 
 
+def test_a_calibration_written_before_the_fits_were_pooled_still_reads_with_no_fits():
+    spec = CALIBRATION.to_dict()
+    del spec["processes"]["loopback"]["op_overhead_fits"]
+    loopback = CpuCalibration.from_dict(spec).process("loopback")
+    assert loopback.op_overhead_fits == () and loopback.op_overhead == 1e-6
+
+
 def test_reading_a_missing_or_malformed_calibration_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="run tfplace calibrate"):
         CpuCalibration.load(tmp_path / "absent.json")
@@ -222,6 +235,27 @@ def test_the_traced_time_of_a_chain_leaves_out_each_ops_preempted_runs_even_when
     times = {"a": [10e-6] + [1e-6] * 9, "b": [1e-6, 10e-6] + [1e-6] * 8, "c": [1e-6] * 2 + [10e-6] * 8}
     assert min(map(sum, zip(*times.values()))) == pytest.approx(12e-6)
     assert profiled_sum(times) == pytest.approx(3e-6)
+
+
+def test_pooled_fits_take_the_median_so_one_fit_in_a_busy_window_does_not_move_them():
+    quiet = [(-0.21e-6, 100e-6), (-0.20e-6, 110e-6), (-0.19e-6, 90e-6), (-0.22e-6, 105e-6)]
+    busy = (+0.7e-6, 0.0)  # a preempted short chain tilts one fit's line: slope up, intercept down
+    op_overhead, step_overhead = pooled_fits([*quiet[:2], busy, *quiet[2:]])
+    assert op_overhead == pytest.approx(-0.20e-6) and step_overhead == pytest.approx(100e-6)
+    assert pooled_fits([busy]) == busy
+
+
+def test_the_calibrate_printout_gives_the_range_of_the_pooled_fits_where_the_file_has_them():
+    from tfplace.cli.calibrate_command import calibration_table
+
+    lines = calibration_table(CALIBRATION).splitlines()
+    assert "+1.000 us per op (fits +0.800 .. +1.100)" in lines[2]
+    assert "-0.500 us per op," in lines[1] and "fits" not in lines[1]
+
+
+def test_pooling_no_fit_is_an_error():
+    with pytest.raises(ValueError, match="at least one fit"):
+        pooled_fits([])
 
 
 def test_a_step_never_costs_less_than_its_ops_so_a_negative_intercept_goes_through_zero():

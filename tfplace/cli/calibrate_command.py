@@ -6,8 +6,9 @@ from absl import flags
 
 from tfplace.cli.common import Command, print_report
 from tfplace.cli.options import COMMAND_FLAGS
-from tfplace.core.device_model import DEFAULT_CALIBRATION, CpuCalibration
+from tfplace.core.device_model import DEFAULT_CALIBRATION, CpuCalibration, CpuProcessModel
 from tfplace.core.units import format_seconds
+from tfplace.estimator.calibration import DEFAULT_FITS
 
 CALIBRATION = flags.DEFINE_string(
     "calibration",
@@ -36,6 +37,20 @@ CALIBRATION_REPEATS = flags.DEFINE_integer(
     lower_bound=1,
     flag_values=COMMAND_FLAGS,
 )
+CALIBRATION_FITS = flags.DEFINE_integer(
+    "calibration_fits",
+    DEFAULT_FITS,
+    "calibrate: independent fits of the per-op overhead per kind of CPU device; their median is stored.",
+    lower_bound=1,
+    flag_values=COMMAND_FLAGS,
+)
+
+
+def _fits_range(model: CpuProcessModel) -> str:
+    """`` (fits -0.25 .. -0.18)``: the spread of the fits the per-op overhead pools, if known."""
+    if not model.op_overhead_fits:
+        return ""
+    return f" (fits {min(model.op_overhead_fits) * 1e6:+.3f} .. {max(model.op_overhead_fits) * 1e6:+.3f})"
 
 
 def calibration_table(calibration: CpuCalibration) -> str:
@@ -44,7 +59,8 @@ def calibration_table(calibration: CpuCalibration) -> str:
     for kind, model in calibration.processes.items():
         link = model.link
         lines.append(
-            f"  {kind}: {model.op_overhead * 1e6:+.3f} us per op, {format_seconds(model.step_overhead)} per "
+            f"  {kind}: {model.op_overhead * 1e6:+.3f} us per op{_fits_range(model)}, "
+            f"{format_seconds(model.step_overhead)} per "
             f"step and process, {model.threads} ops at once per process; link {link.b * 1e6:.1f} us + "
             f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B)"
         )
@@ -59,6 +75,7 @@ def _calibrate() -> int:
         workers=LOOPBACK_WORKERS.value,
         virtual_threads=VIRTUAL_THREADS.value,
         repeats=CALIBRATION_REPEATS.value,
+        fits=CALIBRATION_FITS.value,
     )
     calibration.save(CALIBRATION.value)
     print_report(calibration_table(calibration), [f"CPU device model: {CALIBRATION.value}"])
@@ -69,7 +86,7 @@ CALIBRATE = Command(
     "measure once what real steps on this machine's CPUs cost beyond their profile (per-op and "
     "per-step overhead, threads, links), for the simulator's CPU device model",
     "tfplace calibrate --calibration .tfplace_cache/calibration.json",
-    (CALIBRATION, LOOPBACK_WORKERS, VIRTUAL_THREADS, CALIBRATION_REPEATS),
+    (CALIBRATION, LOOPBACK_WORKERS, VIRTUAL_THREADS, CALIBRATION_REPEATS, CALIBRATION_FITS),
     (),
     _calibrate,
 )

@@ -246,12 +246,16 @@ class CpuProcessModel:
     link : TransferModel
         Between two devices of this kind (two virtual CPUs: a hand-off inside the process; two
         workers: loopback gRPC, with the CPU each side spends as ``copy_k``/``copy_b``).
+    op_overhead_fits : tuple of float
+        The independent fits ``op_overhead`` is the median of (``tfplace calibrate``), kept to
+        show how far it can be trusted; empty in files written before they were pooled.
     """
 
     op_overhead: float
     step_overhead: float
     threads: int
     link: TransferModel
+    op_overhead_fits: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -265,6 +269,7 @@ class CpuProcessModel:
             "step_overhead": self.step_overhead,
             "threads": self.threads,
             "link": self.link.to_dict(),
+            "op_overhead_fits": list(self.op_overhead_fits),
         }
 
     @classmethod
@@ -274,6 +279,7 @@ class CpuProcessModel:
             step_overhead=float(spec["step_overhead"]),
             threads=int(spec["threads"]),
             link=TransferModel.from_dict(spec["link"]),
+            op_overhead_fits=tuple(float(fit) for fit in spec.get("op_overhead_fits", ())),
         )
 
 

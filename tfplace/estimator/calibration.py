@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 import uuid
@@ -42,6 +43,7 @@ from tfplace.core.transfer import TransferModel
 __all__ = [
     "DEFAULT_CHAIN_OPS",
     "DEFAULT_COUNTS",
+    "DEFAULT_FITS",
     "DEFAULT_SIZES",
     "STEADY_STATE_STEPS",
     "calibrate_copy_cpu",
@@ -54,12 +56,14 @@ __all__ = [
     "handoff_on_threads",
     "latency_from_counts",
     "overhead_per_host",
+    "pooled_fits",
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
     "time_concurrent_transfers",
     "time_op_chains",
     "time_step_overheads",
+    "time_traced_and_untraced",
     "time_transfers",
 ]
 
@@ -74,6 +78,13 @@ _CONCURRENT_BYTES = 1024
 
 DEFAULT_CHAIN_OPS: tuple[int, ...] = (150, 600, 1200)
 """Sizes of the small training steps :func:`calibrate_op_overhead` times."""
+
+DEFAULT_FITS = 5
+"""Independent per-op overhead fits :func:`calibrate_op_overhead` pools (their median).
+
+One fit of :data:`DEFAULT_CHAIN_OPS` (20 repeats) scattered by 0.2-0.3 us per op on virtual CPUs
+and 0.65 us on loopback between five calibrations in one run at load 3-6, and by 0.2 / 0.56 us
+between two on the quiet machine; the NMT's 3,870 ops of 1-2 us miss by that much."""
 
 _OPS_PER_LAYER = 30
 """About the ops of one layer of :func:`_op_chain`'s training step (forward, gradient, update)."""
@@ -231,9 +242,9 @@ def _item(item: tuple[int, Any]) -> str:
     return f"{item[0]:,}"
 
 
-def _timed(session: Any, fetch: Any) -> float:
+def _timed(session: Any, fetch: Any, feeds: Mapping[str, Any] | None = None) -> float:
     start = time.perf_counter()
-    session.run(fetch)
+    session.run(fetch, feeds)
     return time.perf_counter() - start
 
 
@@ -479,11 +490,15 @@ def profiled_run_config(virtual_cpus: int = 1, inter_op_threads: int = 1) -> Any
     return config
 
 
-def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
+StepBuilder = Callable[[str], tuple[Any, Any, Any, Mapping[str, Any]]]
+"""``build(device)``: a new graph of one training step on ``device``, its fetch, its initializer
+and the feeds a step takes (:func:`time_traced_and_untraced`)."""
+
+
+def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
     """A small training step of about ``ops`` ops on ``device``: a chain of narrow dense layers
     (4 x 16 activations) with their gradients and plain gradient descent, the mix of small
-    kernels, allocations and tensors of a training graph. Returns the graph, the train op and the
-    initializer."""
+    kernels, allocations and tensors of a training graph. A :data:`StepBuilder` (no feeds)."""
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -496,7 +511,7 @@ def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any]:
         loss = tf.reduce_sum(h * h)
         train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
         initializer = tf.compat.v1.global_variables_initializer()
-    return graph, train, initializer
+    return graph, train, initializer, {}
 
 
 def time_op_chains(
@@ -508,11 +523,32 @@ def time_op_chains(
     repeats: int = 20,
     warmup_steps: int = STEADY_STATE_STEPS,
 ) -> list[tuple[int, float, float]]:
-    """Per chain of about ``ops`` ops, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
+    """:func:`time_traced_and_untraced` of chains of narrow dense layers (:func:`_op_chain`) of
+    about each of ``ops`` ops."""
+    return time_traced_and_untraced(
+        [functools.partial(_op_chain, count) for count in ops],
+        target=target,
+        config=config,
+        device=device,
+        repeats=repeats,
+        warmup_steps=warmup_steps,
+    )
+
+
+def time_traced_and_untraced(
+    steps: Sequence[StepBuilder],
+    *,
+    target: str = "",
+    config: Any = None,
+    device: str = "/device:CPU:0",
+    repeats: int = 20,
+    warmup_steps: int = STEADY_STATE_STEPS,
+) -> list[tuple[int, float, float]]:
+    """Per training step ``steps`` build, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
     step in this process records and their times summed, as the profiler measures them, and the
     seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
-    The chains and the two kinds of step are timed in turns, ``repeats`` times.
+    The steps and the two kinds of run are timed in turns, ``repeats`` times.
 
     Each op's traced time is the profiler's statistic of its ``repeats`` times
     (:func:`~tfplace.estimator.statistics.location` of the default
@@ -533,24 +569,24 @@ def time_op_chains(
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with contextlib.ExitStack() as stack:
         runs = []
-        for count in ops:
-            graph, fetch, initializer = _op_chain(count, "/device:CPU:0")
+        for build in steps:
+            graph, fetch, initializer, feeds = build("/device:CPU:0")
             session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=profiling_config()))
             session.run(initializer)
-            graph, remote_fetch, initializer = _op_chain(count, device)
+            graph, remote_fetch, initializer, _ = build(device)
             remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
             remote.run(initializer)
             for _ in range(warmup_steps):
-                remote.run(remote_fetch)
-            runs.append((session, fetch, remote, remote_fetch))
-        records = [0] * len(ops)
-        traced: list[dict[str, list[float]]] = [{} for _ in ops]
-        untraced: list[list[float]] = [[] for _ in ops]
+                remote.run(remote_fetch, feeds)
+            runs.append((session, fetch, remote, remote_fetch, feeds))
+        records = [0] * len(steps)
+        traced: list[dict[str, list[float]]] = [{} for _ in steps]
+        untraced: list[list[float]] = [[] for _ in steps]
         for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
-            for i, (session, fetch, remote, remote_fetch) in enumerate(runs):
+            for i, (session, fetch, remote, remote_fetch, feeds) in enumerate(runs):
                 metadata = tf.compat.v1.RunMetadata()
-                session.run(fetch, options=trace, run_metadata=metadata)
-                seconds = _timed(remote, remote_fetch)
+                session.run(fetch, feeds, options=trace, run_metadata=metadata)
+                seconds = _timed(remote, remote_fetch, feeds)
                 if repeat < 2:  # warm-up
                     continue
                 nodes = [
@@ -599,6 +635,16 @@ def fit_op_overhead(
     return float(slope), float(intercept)
 
 
+def pooled_fits(fits: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(op_overhead, step_overhead)`` of several independent :func:`fit_op_overhead` results:
+    the median of each. One fit in a busy time window moves the median by at most one rank,
+    where it would move a mean (or a single fit) by all its error."""
+    if not fits:
+        raise ValueError("pooling per-op overhead fits needs at least one fit")
+    op_overheads, step_overheads = zip(*fits)
+    return float(np.median(op_overheads)), float(np.median(step_overheads))
+
+
 def calibrate_op_overhead(
     *,
     target: str = "",
@@ -606,13 +652,24 @@ def calibrate_op_overhead(
     device: str = "/device:CPU:0",
     ops: Sequence[int] = DEFAULT_CHAIN_OPS,
     repeats: int = 20,
-) -> tuple[float, float]:
-    """``(op_overhead, step_overhead)`` of real steps on ``device`` (:class:`CpuProcessModel`):
-    small training steps of about ``ops`` ops timed traced and untraced (:func:`time_op_chains`),
-    fitted by :func:`fit_op_overhead`. Time them with one inter-op thread: the ops then run one
-    at a time, as they were traced."""
-    times = time_op_chains(ops, target=target, config=config, device=device, repeats=repeats)
-    return fit_op_overhead(*zip(*times))
+    fits: int = DEFAULT_FITS,
+) -> tuple[float, float, tuple[float, ...]]:
+    """``(op_overhead, step_overhead, op_overhead_fits)`` of real steps on ``device``
+    (:class:`CpuProcessModel`): ``fits`` times, in fresh sessions one after the other, small
+    training steps of about ``ops`` ops timed traced and untraced (:func:`time_op_chains`) and
+    fitted by :func:`fit_op_overhead`; the fits pooled by :func:`pooled_fits`, and each fit's
+    per-op overhead, whose spread says how far the pooled value can be trusted. Time them with one
+    inter-op thread: the ops then run one at a time, as they were traced."""
+    if fits < 1:
+        raise ValueError(f"fits must be at least 1, got {fits}")
+    each = [
+        fit_op_overhead(
+            *zip(*time_op_chains(ops, target=target, config=config, device=device, repeats=repeats))
+        )
+        for _ in range(fits)
+    ]
+    op_overhead, step_overhead = pooled_fits(each)
+    return op_overhead, step_overhead, tuple(fit[0] for fit in each)
 
 
 def calibrate_cpu(
@@ -621,12 +678,13 @@ def calibrate_cpu(
     virtual_threads: int = 1,
     repeats: int = 20,
     chain_ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+    fits: int = DEFAULT_FITS,
 ) -> CpuCalibration:
     """Calibrate this machine's CPU device model (:class:`~tfplace.core.device_model.CpuCalibration`).
 
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
     ``virtual_threads`` inter-op threads, their per-op and per-step
-    overhead (:func:`calibrate_op_overhead`) and the hand-off between them
+    overhead (:func:`calibrate_op_overhead`, the median of ``fits`` fits) and the hand-off between them
     (:func:`calibrate_transfer`, work of the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
@@ -642,20 +700,29 @@ def calibrate_cpu(
     cores = os.cpu_count() or 1
     threads = virtual_threads
     sequential = profiled_run_config(2, 1)
-    op_overhead, step_overhead = calibrate_op_overhead(config=sequential, ops=chain_ops, repeats=repeats)
+    op_overhead, step_overhead, spread = calibrate_op_overhead(
+        config=sequential, ops=chain_ops, repeats=repeats, fits=fits
+    )
     link = calibrate_transfer(
         "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats, counts=None
     )
-    processes = {"virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link))}
+    processes = {
+        "virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link), spread)
+    }
     if workers >= 1:
         remote = profiled_run_config()
         remote.ClearField("device_count")
         with LocalCluster(workers) as cluster:
-            op_overhead, _ = calibrate_op_overhead(
-                target=cluster.target, config=remote, device=cluster.device(0), ops=chain_ops, repeats=repeats
+            op_overhead, _, spread = calibrate_op_overhead(
+                target=cluster.target,
+                config=remote,
+                device=cluster.device(0),
+                ops=chain_ops,
+                repeats=repeats,
+                fits=fits,
             )
             devices = calibrate_local_cluster(cluster, 1 << 40, repeats=repeats)
             processes["loopback"] = CpuProcessModel(
-                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host
+                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host, spread
             )
     return CpuCalibration(socket.gethostname(), cores, processes)
