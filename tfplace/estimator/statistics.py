@@ -36,9 +36,8 @@ turns the repeats into one time per op that resists both, and says how many repe
   2.5, two sessions of 30 steps) they put the time-weighted error of the mean of the lowest tenth
   after 10 steps at 0.4-1.9%, the split halves at 1.2-3.8% (Tensor Holography with both cores
   spun: 1.4% and 76%, the sessions 11.6%), while the two sessions differed by 5.3-18% weighted
-  by time. What
-  remains between sessions (a few percent on ops that do not depend on the batch) no number of
-  steps in one session removes;
+  by time. What remains between sessions (a few percent on ops that do not depend on the batch)
+  no number of steps in one session removes;
 - :func:`weighted_relative_error`: the op times' errors summed over the times summed, the
   relative error of a step-time estimate made of them (ops weighted by their time);
   :meth:`RepeatPolicy.done` stops the repeats once it is below ``target_error`` at every batch size
