@@ -13,6 +13,27 @@ twice, each time by the same procedure (its own session, the profiler's repeats 
 - their ratio, and whether the issue's targets hold (mean within 1.25x the floor, weighted under 5%);
 - the 1-minute load average before and after the model, the traced steps kept/taken per batch size.
 
+**Which batches are profiled.** A quarter, a half and three quarters of the target (2, 4, 6 for
+8), not 1, 2, 4: Celeritas profiles at batch sizes that fit one device and does not fix them, and
+the nearer the largest is to the target, the less the line extrapolates. From batches 1, 2, 4 a
+line doubles its reach to 8, and an op whose cost per example changes past batch 4 (the
+Transformer's falls up to 8) is
+extrapolated from a regime batch 8 is not in (the NMT's input-gradient matmuls take 47-54 us at
+batches 1-3, 89-99 us at 4 and 6, 141 us at 8). Measured side by side (the same 30-step profiles of
+batches 1, 2, 3, 4, 6 and two of 8, load 2.5; mean deviation (ratio to the floor) / weighted by
+time), 1, 2, 4 -> 2, 4, 6: Inception V3 18.6% (0.92) / 5.8% -> 17.3% (0.86) / 4.5%; the NMT
+15.7% (1.17) / 13.2% -> 14.0% (1.05) / 10.6%; the Transformer 17.8% (1.35) / 7.1% -> 14.2%
+(1.08) / 5.3%; Tensor Holography 25.1% (1.05) / 3.8% -> 20.3% (0.85) / 2.7%. 1, 2, 4, 6 and 3, 4,
+6 did as well as 2, 4, 6 (within 0.6 points), 4, 6 slightly worse; 2, 4, 6 costs the same three
+profiled batch sizes as before.
+
+**How many steps.** Up to ``--max_steps`` (30) per batch size, fewer once the op times' error
+measured between the even- and the odd-numbered steps is 1% weighted by time
+(:func:`~tfplace.estimator.statistics.split_half_error`). The floor falls with the steps: two
+sessions' batch 8 differed by 4.5-9.5% weighted by time after 5 steps on three models (34% on the
+Transformer) and by 2.8-4.8% after 30 (the mean of the lowest tenth, load 2.5); with both
+spinners, Tensor Holography's by 11.6% after 10 steps and 4.6% after 30.
+
 ``--regime_tolerance`` is the regression's (:func:`~tfplace.estimator.regression.regime_starts`);
 ``--regime_tolerance=1`` fits every profiled batch size, the regression before the regime fit.
 ``--machine=busy`` runs the models while two processes spin (``while True: pass``), each pinned to
@@ -45,12 +66,16 @@ flags.DEFINE_list(
     "models", ["inception_v3", "nmt", "transformer", "tensor_holography"], "Models (small configurations)."
 )
 flags.DEFINE_list("machine", ["idle"], "Conditions, in order: idle (no added load), busy (both cores spun).")
-flags.DEFINE_list("profile_batches", ["1", "2", "4"], "Batch sizes profiled for the regression.")
+flags.DEFINE_list(
+    "profile_batches",
+    ["2", "4", "6"],
+    "Batch sizes profiled for the regression (module docstring: why 2, 4, 6).",
+)
 flags.DEFINE_integer("target_batch", 8, "Batch size predicted and measured twice.")
 flags.DEFINE_integer("warmup_steps", 2, "Untraced steps per batch size.")
 flags.DEFINE_integer("traced_steps", 5, "Fewest traced steps per batch size.")
-flags.DEFINE_integer("max_steps", 20, "Most traced steps per batch size (RepeatPolicy.max_steps).")
-flags.DEFINE_float("target_error", 0.01, "Time-weighted relative standard error to stop at.")
+flags.DEFINE_integer("max_steps", 30, "Most traced steps per batch size (RepeatPolicy.max_steps).")
+flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
 flags.DEFINE_enum(
     "statistic", "lower_mean", ["lower_mean", "trimmed_mean", "median"], "Per-op statistic over steps."
 )

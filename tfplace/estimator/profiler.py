@@ -17,9 +17,9 @@ Measurement choices (each documented where it is made):
   taken in turns across the batch sizes (a slow phase of the machine then affects every batch
   size, not one); a step much slower than the others at its batch size is dropped; per op the
   mean of the lowest tenth of the kept steps' times (preemption only adds time; or a trimmed mean
-  or the median), with its standard error
-  (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative standard
-  error, weighted by time, is below a target at every batch size, or up to a most;
+  or the median), with its error measured between the even- and the odd-numbered steps
+  (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
+  weighted by time, is below a target at every batch size, or up to a most;
 - compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
   (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
 - persistent memory is measured once (it does not depend on the batch): variables' buffers from
@@ -65,7 +65,7 @@ from tfplace.estimator.statistics import (
     interleaved_rounds,
     kept_steps,
     location,
-    standard_error,
+    split_half_error,
     weighted_relative_error,
 )
 from tfplace.tf_graph.fetches import (
@@ -96,13 +96,14 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 5
+_PROFILE_FORMAT = 6
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
 passed on. 4: it is the most those nodes held at once, not the sum over the iterations. 5: times are a
 robust statistic over a number of steps chosen by their spread, with their standard errors and the
-steps kept and taken."""
+steps kept and taken. 6: the errors (and so the number of steps) are measured between the even- and
+the odd-numbered steps."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,8 @@ class ProfileSet:
         Median wall-clock seconds of a kept traced step per batch size.
     time_errors : dict of int to dict of str to float
         ``time_errors[batch_size][op]``: the standard error of the op's measured compute time
-        (:func:`~tfplace.estimator.statistics.standard_error`); absent for estimated ops.
+        measured from its repeats (:func:`~tfplace.estimator.statistics.split_half_error`); absent
+        for estimated ops.
     steps : dict of int to tuple of (int, int)
         Traced steps kept (not outliers) and taken per batch size.
     devices : dict of str to str
@@ -340,8 +342,8 @@ def time_statistics(
     steps: Sequence[Mapping[str, OpTrace]], policy: RepeatPolicy
 ) -> dict[str, tuple[float, float]]:
     """Per op, ``policy``'s statistic of its compute time over ``steps`` (at least
-    :data:`TIME_FLOOR`) and that statistic's standard error
-    (:mod:`tfplace.estimator.statistics`)."""
+    :data:`TIME_FLOOR`) and that statistic's error measured between the even- and the
+    odd-numbered steps (:func:`~tfplace.estimator.statistics.split_half_error`)."""
     by_op: dict[str, list[float]] = {}
     for step in steps:
         for op, trace in step.items():
@@ -353,7 +355,7 @@ def time_statistics(
     for ops in by_count.values():
         matrix = np.array([by_op[op] for op in ops])
         times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
-        errors = standard_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
+        errors = split_half_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
         result.update(zip(ops, zip(times.tolist(), errors.tolist())))
     return result
 
@@ -370,7 +372,7 @@ class _BatchSteps:
         return [i for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
 
     def relative_error(self, policy: RepeatPolicy) -> tuple[int, float]:
-        """Steps kept, and the time-weighted relative standard error of the op times over them."""
+        """Steps kept, and the time-weighted relative error of the op times over them."""
         kept = self.kept(policy)
         stats = np.array(list(time_statistics([self.traces[i] for i in kept], policy).values()))
         if not stats.size:
