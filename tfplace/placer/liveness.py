@@ -60,6 +60,8 @@ class LiveMemory:
         self.pending = list(map(len, graph.succ))
         self.held: list[_Held | None] = [None] * len(graph)
         self.ran = [False] * len(graph)
+        #: ``(input op, bytes)`` of the input buffers each op's outputs took over (aliased), on its device
+        self.taken: dict[int, list[tuple[int, int]]] = {}
 
     @property
     def peak(self) -> np.ndarray:
@@ -180,13 +182,7 @@ class LiveMemory:
         A received copy is held from its transfer's start until its last consumer on the receiver
         has ended; the producer's own copy until its last consumer on its device has ended and its
         last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
-        device_of, compute, pred, live = (
-            self.device_of,
-            self.graph.compute.tolist(),
-            self.graph.pred,
-            self.live,
-        )
-        held = cast(list[_Held], self.held)  # a replay frees copies one device at a time: never None
+        device_of, compute, pred = self.device_of, self.graph.compute.tolist(), self.graph.pred
         holders = self._holders(transfers)
         events = sorted(
             [(begin, 1, p, receiver, nbytes) for begin, _, p, receiver, nbytes in transfers]
@@ -206,9 +202,9 @@ class LiveMemory:
                         counts = holders[p]
                         left = counts[d] = counts[d] - 1
                         if not left:
-                            live[d] -= held[p].pop(d, 0)
+                            self._release(p, d, holders)
                     if not holders[ended].get(d):  # outputs nothing on d uses
-                        live[d] -= held[ended].pop(d, 0)
+                        self._release(ended, d, holders)
                     continue
                 _, receives, p, device, nbytes = events[done]
                 done += 1
@@ -218,12 +214,27 @@ class LiveMemory:
                     counts = holders[p]
                     left = counts[device] = counts[device] - 1
                     if not left:
-                        live[device] -= held[p].pop(device, 0)
+                        self._release(p, device, holders)
             d = device_of(v)
             self._start(v, d)
             self.ran[v] = True
             self.order.append(v)
             heappush(running, (now + compute[v], v, d))
+
+    def _release(self, op: int, device: int, holders: list[dict[int, int]]) -> None:
+        """``op``'s copy on ``device`` has no holder left: free it, except the input buffers its
+        outputs alias while their producer's copy there still has holders (the simulator frees an
+        aliased buffer when the alias and every holder of the buffer have released it): those go
+        back to that copy."""
+        held = cast(_Held, self.held[op])  # a replay frees copies one device at a time: never None
+        nbytes = held.pop(device, 0)
+        for source, size in self.taken.get(op, ()) if self.device_of(op) == device else ():
+            owner = self.held[source]
+            if owner is not None and device in owner and holders[source].get(device):
+                back = min(size, nbytes)  # a later alias may have taken part of them on in turn
+                owner[device] += back
+                nbytes -= back
+        self.live[device] -= nbytes
 
     def _holders(self, transfers: Sequence[tuple[float, float, int, int, int]]) -> list[dict[int, int]]:
         """Releases each copy of each op's outputs waits for: per device, the consumers there, and
@@ -258,6 +269,7 @@ class LiveMemory:
             if source is not None and source.get(d, 0) >= size:
                 source[d] -= size
                 taken += size
+                self.taken.setdefault(v, []).append((u, size))
         all_held[v] = {d: self.outputs[v] + taken}
         now = live[d] = live[d] + added
         if now + self.temporary[v] > self.peaks[d]:
