@@ -35,7 +35,7 @@ from tfplace.placer.adjusting import (
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import Fusion, fuse
 from tfplace.placer.ledger import MemoryLedger, Replay
-from tfplace.placer.refine import refine_boundaries
+from tfplace.placer.refine import offload_side_work, refine_boundaries
 
 __all__ = ["DEFAULT_EXPLORATION_RANGE", "celeritas", "order_place"]
 
@@ -246,6 +246,10 @@ def _fuse_and_place(
         final = result if result is not None else candidate.ledger
         if final.replayed().makespan < ledger.replayed().makespan:
             best, ledger, refined = candidate, final, result
+    if search and len(devices) > 1 and _fits_devices(ledger) and _targets_filled(ledger) == 1:
+        offloaded = offload_side_work(ledger)
+        if offloaded is not None:
+            ledger = refined = offloaded
     fusion, schedule = best.fusion, best.schedule
     compute = float(graph.compute.sum())
     return PlacerOutput(
