@@ -107,6 +107,12 @@ def celeritas(
     that fill several devices (within :data:`REFINED_WITHIN` of the fastest) are refined, and the
     fastest result is kept.
 
+    When the kept placement uses one target (the step fits it and no spread candidate is faster),
+    its side work, the co-location groups whose tensors still arrive in time from an idle device
+    (a variable's update, a batch norm's moving averages), moves there while the replay gets faster
+    (:func:`~tfplace.placer.refine.offload_side_work`, ``details["refined"]``): one device runs
+    every op one after another, the idle one runs that work meanwhile.
+
     ``details["cluster_placer"]`` and ``details["fusion_order"]`` name the candidate kept,
     ``details["candidates"]`` lists each one considered (fusion order, cluster placer, estimated
     makespan, whether it fits). Without the guard Celeritas is the paper's (CPD-TOPO, Adjusting
