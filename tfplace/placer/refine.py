@@ -71,10 +71,12 @@ CLUSTER_PARTS = 8
 #: 52 on the NMT (24,819 ops).
 PART_MOVE_BUDGET = 1_300_000
 
-#: Op replays the offload of a one-device placement's side work may spend (a trial replays every
-#: op once; its first trial also orders the one-device step): 16 trials on Tensor Holography (1,815
-#: ops), none on graphs of more than 15,000 ops, where one trial (0.1 s of CPU at 36k ops, 1.9 s with
-#: the memory replay at 200k) would cost more than the rest of the placement leaves under its target.
+#: Op replays the offload of a one-device placement's side work may spend (ordering the one-device
+#: step once, then one replay per trial): 15 trials on Tensor Holography (1,815 ops) and none on
+#: graphs of more than 15,000 ops, where a trial (an executor order and a memory replay over every
+#: op: about 0.35 s of CPU at 36k ops, 1.9 s at 200k) costs more than the placement's speed targets
+#: (1 s at 36k, 5 s at 200k) leave (the moved groups hold sources, variables, so a replay restarted
+#: at the first moved op would still replay the whole step).
 OFFLOAD_BUDGET = 30_000
 
 
