@@ -182,7 +182,14 @@ class LiveMemory:
         A received copy is held from its transfer's start until its last consumer on the receiver
         has ended; the producer's own copy until its last consumer on its device has ended and its
         last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
-        device_of, compute, pred = self.device_of, self.graph.compute.tolist(), self.graph.pred
+        device_of, compute, pred, live, taken = (
+            self.device_of,
+            self.graph.compute.tolist(),
+            self.graph.pred,
+            self.live,
+            self.taken,
+        )
+        held = cast(list[_Held], self.held)  # a replay frees copies one device at a time: never None
         holders = self._holders(transfers)
         events = sorted(
             [(begin, 1, p, receiver, nbytes) for begin, _, p, receiver, nbytes in transfers]
@@ -202,9 +209,15 @@ class LiveMemory:
                         counts = holders[p]
                         left = counts[d] = counts[d] - 1
                         if not left:
-                            self._release(p, d, holders)
+                            if p in taken:
+                                self._release(p, d, holders)
+                            else:
+                                live[d] -= held[p].pop(d, 0)
                     if not holders[ended].get(d):  # outputs nothing on d uses
-                        self._release(ended, d, holders)
+                        if ended in taken:
+                            self._release(ended, d, holders)
+                        else:
+                            live[d] -= held[ended].pop(d, 0)
                     continue
                 _, receives, p, device, nbytes = events[done]
                 done += 1
@@ -214,7 +227,10 @@ class LiveMemory:
                     counts = holders[p]
                     left = counts[device] = counts[device] - 1
                     if not left:
-                        self._release(p, device, holders)
+                        if p in taken:
+                            self._release(p, device, holders)
+                        else:
+                            live[device] -= held[p].pop(device, 0)
             d = device_of(v)
             self._start(v, d)
             self.ran[v] = True
@@ -222,13 +238,12 @@ class LiveMemory:
             heappush(running, (now + compute[v], v, d))
 
     def _release(self, op: int, device: int, holders: list[dict[int, int]]) -> None:
-        """``op``'s copy on ``device`` has no holder left: free it, except the input buffers its
-        outputs alias while their producer's copy there still has holders (the simulator frees an
-        aliased buffer when the alias and every holder of the buffer have released it): those go
-        back to that copy."""
-        held = cast(_Held, self.held[op])  # a replay frees copies one device at a time: never None
-        nbytes = held.pop(device, 0)
-        for source, size in self.taken.get(op, ()) if self.device_of(op) == device else ():
+        """``op``'s copy on ``device``, whose outputs took over input buffers, has no holder left:
+        free it, except those input buffers while their producer's copy there still has holders
+        (the simulator frees an aliased buffer when the alias and every holder of the buffer have
+        released it): those go back to that copy."""
+        nbytes = cast(_Held, self.held[op]).pop(device, 0)
+        for source, size in self.taken[op] if self.device_of(op) == device else ():
             owner = self.held[source]
             if owner is not None and device in owner and holders[source].get(device):
                 back = min(size, nbytes)  # a later alias may have taken part of them on in turn
