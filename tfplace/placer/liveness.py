@@ -60,7 +60,9 @@ class LiveMemory:
         self.pending = list(map(len, graph.succ))
         self.held: list[_Held | None] = [None] * len(graph)
         self.ran = [False] * len(graph)
-        #: ``(input op, bytes)`` of the input buffers each op's outputs took over (aliased), on its device
+        #: ``(input op, bytes)`` of the input buffers each op's outputs took over (aliased) on its
+        #: device, from inputs with one output (an op's outputs are one copy per device here; the
+        #: simulator holds each output slot of a multi-output op as long as that slot's own holders)
         self.taken: dict[int, list[tuple[int, int]]] = {}
 
     @property
@@ -284,7 +286,8 @@ class LiveMemory:
             if source is not None and source.get(d, 0) >= size:
                 source[d] -= size
                 taken += size
-                self.taken.setdefault(v, []).append((u, size))
+                if len(graph.output_sizes[u]) == 1:  # then u's copy is the buffer v aliases
+                    self.taken.setdefault(v, []).append((u, size))
         all_held[v] = {d: self.outputs[v] + taken}
         now = live[d] = live[d] + added
         if now + self.temporary[v] > self.peaks[d]:
