@@ -14,15 +14,17 @@ from tfplace.core.indexed import index_graph
 from tfplace.core.orders import kahn_order, leaders_first
 from tfplace.core.synthetic import random_dag
 from tfplace.core.transfer import TransferModel
+from tfplace.placer import refine
 from tfplace.placer.adjusting import order_place_clusters
 from tfplace.placer.celeritas import celeritas
 from tfplace.placer.fusion import fuse
 from tfplace.placer.ledger import MemoryLedger
-from tfplace.placer.refine import _boundary_moves, _part_targets, refine_boundaries
+from tfplace.placer.refine import _boundary_moves, _part_targets, offload_side_work, refine_boundaries
 from tfplace.simulator import simulate
 
 COMMITTED_CNN = Path(__file__).parent / "data" / "cnn_costs_b64.json.gz"
 INCEPTION_V3 = Path(__file__).resolve().parent.parent / "results" / "graphs" / "inception_v3.json.gz"
+TENSOR_HOLOGRAPHY = INCEPTION_V3.with_name("tensor_holography.json.gz")
 
 
 def filled(graph, device_set, exploration_range=200):
@@ -141,6 +143,68 @@ def test_no_part_moves_when_one_device_runs_a_chain_fastest():
     device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
     indexed = index_graph(graph, device_set.typical_link)
     assert refine_boundaries(*one_cluster_on_device_0(indexed, device_set)) is None
+
+
+def chain_with_side_work():
+    """A chain ``m0 .. m3`` of 1 s ops and ``side`` (0.3 s) that reads ``m0`` and that only the
+    last op ``m3`` waits for; small tensors (1 kB)."""
+    graph = CostGraph()
+    for name, seconds in (("m0", 1.0), ("m1", 1.0), ("m2", 1.0), ("m3", 1.0), ("side", 0.3)):
+        graph.add_op(name, compute_time=seconds, output_sizes=(1000,))
+    for src, dst in (("m0", "m1"), ("m1", "m2"), ("m2", "m3"), ("m0", "side"), ("side", "m3")):
+        graph.add_dependency(src, dst, slots=(0,))
+    return graph
+
+
+def test_side_work_moves_off_a_one_device_step_to_an_idle_device_and_shortens_it():
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(chain_with_side_work(), device_set.typical_link)
+    ledger = one_cluster_on_device_0(indexed, device_set)[0]
+    offloaded = offload_side_work(ledger)
+    assert offloaded is not None
+    placed = dict(zip(indexed.names, offloaded.op_devices().tolist()))
+    assert placed["side"] != 0
+    assert {placed[op] for op in ("m0", "m1", "m2", "m3")} == {0}
+    step = simulate(indexed, offloaded.op_devices(), device_set).makespan
+    assert step == pytest.approx(4.0, abs=0.01)  # the chain alone; one device takes 4.3 s
+    assert offloaded.replayed().makespan == pytest.approx(step)
+
+
+def test_celeritas_moves_the_side_work_off_its_one_device_placement():
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(chain_with_side_work(), device_set.typical_link)
+    output = celeritas(indexed, device_set)
+    assert output.details["refined"]
+    assert simulate(indexed, output.op_devices, device_set).makespan < float(indexed.compute.sum())
+
+
+def test_a_pure_chain_stays_on_one_device():
+    graph = chain_with_side_work()
+    graph.add_dependency("side", "m1", slots=(0,))  # m1 now waits for side: no slack left
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(graph, device_set.typical_link)
+    assert offload_side_work(one_cluster_on_device_0(indexed, device_set)[0]) is None
+
+
+def test_side_work_stays_when_the_budget_allows_no_trial(monkeypatch):
+    device_set = DeviceSet.parse("/device:GPU:0-3", "1GB")
+    indexed = index_graph(chain_with_side_work(), device_set.typical_link)
+    monkeypatch.setattr(refine, "OFFLOAD_BUDGET", 2 * len(indexed) - 1)  # the one-device order and no trial
+    assert offload_side_work(one_cluster_on_device_0(indexed, device_set)[0]) is None
+
+
+@pytest.mark.slow
+def test_celeritas_places_tensor_holography_faster_than_one_device():
+    """Issue 14: the step fits one V100; the optimizer's updates and the batch norms' moving
+    averages, which no op waits for until the step ends, run on a second device meanwhile."""
+    graph = load_json(TENSOR_HOLOGRAPHY)
+    device_set = DeviceSet.parse("/device:GPU:0-3", DEVICE_MODELS["V100-32GB"].memory)
+    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    one_device = simulate(indexed, np.zeros(len(indexed), dtype=np.int64), device_set)
+    step = simulate(indexed, output.op_devices, device_set)
+    assert not step.oom and output.details["refined"]
+    assert step.makespan < one_device.makespan
 
 
 @pytest.mark.slow

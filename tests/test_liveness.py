@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.devices import DeviceSet
 from tfplace.core.indexed import index_graph
 from tfplace.core.orders import kahn_order
 from tfplace.core.synthetic import layered_training_graph, random_dag
+from tfplace.placer.ledger import MemoryLedger
 from tfplace.placer.liveness import LiveMemory
+from tfplace.simulator import simulate
 
 
 @pytest.mark.parametrize(
@@ -32,3 +36,24 @@ def test_peak_within_decides_as_the_exact_peak_after_every_trial(graph):
                 decided += 1
         live.run(ops, -1)
     assert decided > 100
+
+
+def test_a_buffer_an_alias_sent_away_still_holds_stays_live_until_its_last_consumer():
+    """Inception V3's batch norm on a device of its own (issue 14): the moving mean's handle ``h``
+    (200 bytes) is read by ``r``, a view of it sent to another device, and updated by ``update``
+    only at the step's end. The estimate frees ``h`` when the view is no longer held, as the
+    simulator does, not when the view's transfer ends."""
+    graph = CostGraph()
+    graph.add_op("h", compute_time=1e-5, output_sizes=(200,))
+    graph.add_op("r", compute_time=1e-5, output_sizes=(200,), aliased_outputs=[(0, "h", 0)])
+    graph.add_op("use", compute_time=1e-2, output_sizes=(128,))
+    graph.add_op("update", compute_time=1e-5)
+    for src, dst in (("h", "r"), ("r", "use"), ("use", "update"), ("h", "update")):
+        graph.add_dependency(src, dst, slots=(0,))
+    devices = DeviceSet.parse("/device:GPU:0-1", "1GB")
+    indexed = index_graph(graph, devices.typical_link)
+    ledger = MemoryLedger(indexed, devices, memory_model="liveness")
+    group_device = np.ones(len(indexed.group_members), dtype=np.int64)
+    group_device[indexed.group[indexed.index["use"]]] = 0
+    simulated = simulate(indexed, group_device[indexed.group], devices).peak_memory
+    assert ledger.replay_groups(group_device).peak[:2].tolist() == simulated[:2].tolist()

@@ -2,7 +2,9 @@
 (issue 15, point 6: the decision's speed). The pins are ``benchmarks/split_decision_speed.py``'s
 fingerprints and steps on 4 V100 32 GB GPUs, made by main 42928cd and updated when fed inputs moved
 to the host (branch 15f: Inception V3's and Tensor Holography's plans changed, the CNN's did not); a
-change meant to change decisions updates them, with the benchmark's ``--compare`` showing what moved."""
+change meant to change decisions updates them, with the benchmark's ``--compare`` showing what moved.
+Branch 14t: ``auto`` on the CNN keeps Celeritas' one-device placement with its side work offloaded
+to a second GPU (2.090 ms) over one device (2.152 ms)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def test_layerwise_chooses_the_same_plan_as_before(graph: str, fingerprint: str)
 
 
 @pytest.mark.parametrize(
-    ("graph", "step_time"), [("tensor_holography", 0.24925789718661567), ("cnn", 0.0021523726894959283)]
+    ("graph", "step_time"), [("tensor_holography", 0.24925789718661567), ("cnn", 0.002089525108989384)]
 )
 def test_auto_finds_the_same_step_as_before(graph: str, step_time: float) -> None:
     placement = place_cost_graph(load_json(GRAPHS[graph]), v100s(), "auto")

@@ -35,7 +35,7 @@ from tfplace.placer.adjusting import (
 from tfplace.placer.base import PlacerOutput
 from tfplace.placer.fusion import Fusion, fuse
 from tfplace.placer.ledger import MemoryLedger, Replay
-from tfplace.placer.refine import refine_boundaries
+from tfplace.placer.refine import offload_side_work, refine_boundaries
 
 __all__ = ["DEFAULT_EXPLORATION_RANGE", "celeritas", "order_place"]
 
@@ -106,6 +106,12 @@ def celeritas(
     (one time step across all layers) never yield. The :data:`REFINED_CANDIDATES` fastest candidates
     that fill several devices (within :data:`REFINED_WITHIN` of the fastest) are refined, and the
     fastest result is kept.
+
+    When the kept placement uses one target (the step fits it and no spread candidate is faster),
+    its side work, the co-location groups whose tensors still arrive in time from an idle device
+    (a variable's update, a batch norm's moving averages), moves there while the replay gets faster
+    (:func:`~tfplace.placer.refine.offload_side_work`, ``details["refined"]``): one device runs
+    every op one after another, the idle one runs that work meanwhile.
 
     ``details["cluster_placer"]`` and ``details["fusion_order"]`` name the candidate kept,
     ``details["candidates"]`` lists each one considered (fusion order, cluster placer, estimated
@@ -246,6 +252,10 @@ def _fuse_and_place(
         final = result if result is not None else candidate.ledger
         if final.replayed().makespan < ledger.replayed().makespan:
             best, ledger, refined = candidate, final, result
+    if search and len(devices) > 1 and _fits_devices(ledger) and _targets_filled(ledger) == 1:
+        offloaded = offload_side_work(ledger)
+        if offloaded is not None:
+            ledger = refined = offloaded
     fusion, schedule = best.fusion, best.schedule
     compute = float(graph.compute.sum())
     return PlacerOutput(

@@ -60,6 +60,10 @@ class LiveMemory:
         self.pending = list(map(len, graph.succ))
         self.held: list[_Held | None] = [None] * len(graph)
         self.ran = [False] * len(graph)
+        #: ``(input op, bytes)`` of the input buffers each op's outputs took over (aliased) on its
+        #: device, from inputs with one output (an op's outputs are one copy per device here; the
+        #: simulator holds each output slot of a multi-output op as long as that slot's own holders)
+        self.taken: dict[int, list[tuple[int, int]]] = {}
 
     @property
     def peak(self) -> np.ndarray:
@@ -180,11 +184,12 @@ class LiveMemory:
         A received copy is held from its transfer's start until its last consumer on the receiver
         has ended; the producer's own copy until its last consumer on its device has ended and its
         last transfer has ended (the simulator's rules). Frees at a moment come before allocations."""
-        device_of, compute, pred, live = (
+        device_of, compute, pred, live, taken = (
             self.device_of,
             self.graph.compute.tolist(),
             self.graph.pred,
             self.live,
+            self.taken,
         )
         held = cast(list[_Held], self.held)  # a replay frees copies one device at a time: never None
         holders = self._holders(transfers)
@@ -206,9 +211,15 @@ class LiveMemory:
                         counts = holders[p]
                         left = counts[d] = counts[d] - 1
                         if not left:
-                            live[d] -= held[p].pop(d, 0)
+                            if p in taken:
+                                self._release(p, d, holders)
+                            else:
+                                live[d] -= held[p].pop(d, 0)
                     if not holders[ended].get(d):  # outputs nothing on d uses
-                        live[d] -= held[ended].pop(d, 0)
+                        if ended in taken:
+                            self._release(ended, d, holders)
+                        else:
+                            live[d] -= held[ended].pop(d, 0)
                     continue
                 _, receives, p, device, nbytes = events[done]
                 done += 1
@@ -218,12 +229,29 @@ class LiveMemory:
                     counts = holders[p]
                     left = counts[device] = counts[device] - 1
                     if not left:
-                        live[device] -= held[p].pop(device, 0)
+                        if p in taken:
+                            self._release(p, device, holders)
+                        else:
+                            live[device] -= held[p].pop(device, 0)
             d = device_of(v)
             self._start(v, d)
             self.ran[v] = True
             self.order.append(v)
             heappush(running, (now + compute[v], v, d))
+
+    def _release(self, op: int, device: int, holders: list[dict[int, int]]) -> None:
+        """``op``'s copy on ``device``, whose outputs took over input buffers, has no holder left:
+        free it, except those input buffers while their producer's copy there still has holders
+        (the simulator frees an aliased buffer when the alias and every holder of the buffer have
+        released it): those go back to that copy."""
+        nbytes = cast(_Held, self.held[op]).pop(device, 0)
+        for source, size in self.taken[op] if self.device_of(op) == device else ():
+            owner = self.held[source]
+            if owner is not None and device in owner and holders[source].get(device):
+                back = min(size, nbytes)  # a later alias may have taken part of them on in turn
+                owner[device] += back
+                nbytes -= back
+        self.live[device] -= nbytes
 
     def _holders(self, transfers: Sequence[tuple[float, float, int, int, int]]) -> list[dict[int, int]]:
         """Releases each copy of each op's outputs waits for: per device, the consumers there, and
@@ -258,6 +286,8 @@ class LiveMemory:
             if source is not None and source.get(d, 0) >= size:
                 source[d] -= size
                 taken += size
+                if len(graph.output_sizes[u]) == 1:  # then u's copy is the buffer v aliases
+                    self.taken.setdefault(v, []).append((u, size))
         all_held[v] = {d: self.outputs[v] + taken}
         now = live[d] = live[d] + added
         if now + self.temporary[v] > self.peaks[d]:

@@ -23,20 +23,42 @@ joins (an Inception block's 1x1 convolution beside its 3x3 and 5x5 towers), or g
 work back. The parts are visited round and round, each from the placement the last kept move left,
 until a whole round keeps none or ``PART_MOVE_BUDGET // ops`` moves were tried
 (:data:`PART_MOVE_BUDGET`).
+
+A placement on one device has no boundary to refine, yet its step can be shorter: the device runs
+every op one after another (its step is the sum of their compute), and side work that no op waits
+for soon (a variable's read and update, a batch norm's moving averages, shape arithmetic) can run on
+an idle device meanwhile. :func:`offload_side_work` moves such co-location groups, those whose
+outputs still arrive in time on the busy device, to one idle device: in the one-device executor
+order each op ``v`` started at ``s_v``; a group alone on the idle device would finish ``v`` at
+``f'_v`` (its inputs from the busy device arriving a transfer after their producers ended, the
+group's own ops one after another), and each tensor it sends back must arrive by its consumer's
+start less the compute moved away (the busy device runs that much earlier at most). The groups
+with the most such slack, as many as their slack allows, move together; the replay judges the
+move, halved while it is not faster. Each trial is one executor order over the ops, so the trials
+are bounded by ``OFFLOAD_BUDGET // ops`` (:data:`OFFLOAD_BUDGET`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from tfplace.core.indexed import IndexedGraph
 from tfplace.core.orders import cpd_topo_order
+from tfplace.core.transfer import TransferModel
 from tfplace.placer.executor_order import ExecutorSchedule, executor_order
 from tfplace.placer.ledger import MemoryLedger, Replay
 
-__all__ = ["CLUSTER_PARTS", "MAX_MOVES", "PART_MOVE_BUDGET", "refine_boundaries"]
+__all__ = [
+    "CLUSTER_PARTS",
+    "MAX_MOVES",
+    "OFFLOAD_BUDGET",
+    "PART_MOVE_BUDGET",
+    "offload_side_work",
+    "refine_boundaries",
+]
 
 #: Boundary moves the refinement tries at most (each one executor order over the ops).
 MAX_MOVES = 12
@@ -48,6 +70,14 @@ CLUSTER_PARTS = 8
 #: the ops): 304 trials on Inception V3 (4,277 ops, about 300 parts and targets to visit once),
 #: 52 on the NMT (24,819 ops).
 PART_MOVE_BUDGET = 1_300_000
+
+#: Op replays the offload of a one-device placement's side work may spend (ordering the one-device
+#: step once, then one replay per trial): 15 trials on Tensor Holography (1,815 ops) and none on
+#: graphs of more than 15,000 ops, where a trial (an executor order and a memory replay over every
+#: op: about 0.35 s of CPU at 36k ops, 1.9 s at 200k) costs more than the placement's speed targets
+#: (1 s at 36k, 5 s at 200k) leave (the moved groups hold sources, variables, so a replay restarted
+#: at the first moved op would still replay the whole step).
+OFFLOAD_BUDGET = 30_000
 
 
 def refine_boundaries(
@@ -202,3 +232,69 @@ def _placed(template: MemoryLedger, group_device: np.ndarray, ops: list[int]) ->
         ledger.commit(np.flatnonzero(group_device == device).tolist(), device)
     ledger.run(ops)
     return ledger
+
+
+def offload_side_work(ledger: MemoryLedger) -> MemoryLedger | None:
+    """The finished liveness ``ledger`` of a one-device placement with its side work on an idle
+    device (module docstring); ``None`` when no such move makes the replay faster or the budget
+    allows no trial."""
+    graph = ledger.graph
+    trials = OFFLOAD_BUDGET // max(1, len(graph)) - 1
+    busy = np.unique(ledger.group_device).tolist()
+    idle = [d for d in _part_targets(ledger, ledger.group_device) if d not in busy]
+    if trials < 1 or len(busy) != 1 or not idle or busy[0] >= ledger.num_targets:
+        return None
+    source, target = busy[0], idle[0]
+    link = ledger.devices.link(source, target)
+    schedule = executor_order(graph, ledger.op_devices().tolist(), ledger.devices)
+    movable = [target in targets for targets in ledger.group_targets]
+    slack, compute = _offload_slack(graph, schedule, movable, link)
+    ranked = sorted((g for g in slack if compute[g] > 0), key=lambda g: -slack[g])
+    moved = np.cumsum([compute[g] for g in ranked])
+    count = next((k for k, g in enumerate(ranked) if slack[g] < moved[k]), len(ranked))
+    best_groups, current = ledger.group_device, ledger.replayed()
+    while count and trials:
+        trials -= 1
+        kept = _faster_move(ledger, best_groups, current, ranked[:count], target)
+        if kept is not None:
+            return _placed(ledger, kept[0], schedule.order)
+        count //= 2
+    return None
+
+
+def _offload_slack(
+    graph: IndexedGraph, schedule: ExecutorSchedule, movable: Sequence[bool], link: TransferModel | None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """For each group that may move, the time its tensors would arrive on the busy device ahead of
+    their consumers' starts in ``schedule`` were the group alone on the idle device behind
+    ``link`` (a group nothing waits for: ahead of the step's end), when positive; and each
+    group's compute."""
+    start, group, succ, succ_bytes = schedule.start, graph.group.tolist(), graph.succ, graph.succ_bytes
+    cost: list[float] = graph.compute.tolist()
+    end = max((s + c for s, c in zip(start, cost)), default=0.0)
+
+    def transfer(nbytes: int) -> float:
+        return 0.0 if link is None else link.time(nbytes) if nbytes else link.b
+
+    finish_alone: dict[int, float] = {}
+    device_free: dict[int, float] = {}  # when each group's ops, one after another, are done so far
+    slack: dict[int, float] = {}
+    compute: dict[int, float] = {}
+    for v in schedule.order:
+        g = group[v]
+        if not movable[g]:
+            continue
+        ready = device_free.get(g, 0.0)
+        for u, position in zip(graph.pred[v], graph.pred_position[v]):
+            arrival = start[u] + cost[u] + transfer(succ_bytes[u][position])
+            ready = max(ready, finish_alone[u] if group[u] == g else arrival)
+        finish_alone[v] = device_free[g] = ready + cost[v]
+        compute[g] = compute.get(g, 0.0) + cost[v]
+        ahead = slack.get(g, math.inf)
+        outside = [(w, b) for w, b in zip(succ[v], succ_bytes[v]) if group[w] != g]
+        for w, nbytes in outside:
+            ahead = min(ahead, start[w] - finish_alone[v] - transfer(nbytes))
+        if not succ[v]:
+            ahead = min(ahead, end - finish_alone[v])
+        slack[g] = ahead
+    return {g: s for g, s in slack.items() if 0 < s < math.inf}, compute
