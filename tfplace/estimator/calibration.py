@@ -55,13 +55,13 @@ __all__ = [
     "fit_op_overhead",
     "handoff_on_threads",
     "latency_from_counts",
+    "op_chains",
     "overhead_per_host",
     "pooled_fits",
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
     "time_concurrent_transfers",
-    "time_op_chains",
     "time_step_overheads",
     "time_traced_and_untraced",
     "time_transfers",
@@ -514,25 +514,10 @@ def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
     return graph, train, initializer, {}
 
 
-def time_op_chains(
-    ops: Sequence[int],
-    *,
-    target: str = "",
-    config: Any = None,
-    device: str = "/device:CPU:0",
-    repeats: int = 20,
-    warmup_steps: int = STEADY_STATE_STEPS,
-) -> list[tuple[int, float, float]]:
-    """:func:`time_traced_and_untraced` of chains of narrow dense layers (:func:`_op_chain`) of
-    about each of ``ops`` ops."""
-    return time_traced_and_untraced(
-        [functools.partial(_op_chain, count) for count in ops],
-        target=target,
-        config=config,
-        device=device,
-        repeats=repeats,
-        warmup_steps=warmup_steps,
-    )
+def op_chains(ops: Sequence[int]) -> list[StepBuilder]:
+    """Builders of chains of narrow dense layers (:func:`_op_chain`) of about each of ``ops`` ops,
+    the steps :func:`calibrate_op_overhead` times (:func:`time_traced_and_untraced`)."""
+    return [functools.partial(_op_chain, count) for count in ops]
 
 
 def time_traced_and_untraced(
@@ -656,7 +641,7 @@ def calibrate_op_overhead(
 ) -> tuple[float, float, tuple[float, ...]]:
     """``(op_overhead, step_overhead, op_overhead_fits)`` of real steps on ``device``
     (:class:`CpuProcessModel`): ``fits`` times, in fresh sessions one after the other, small
-    training steps of about ``ops`` ops timed traced and untraced (:func:`time_op_chains`) and
+    training steps of about ``ops`` ops timed traced and untraced (:func:`op_chains`, :func:`time_traced_and_untraced`) and
     fitted by :func:`fit_op_overhead`; the fits pooled by :func:`pooled_fits`, and each fit's
     per-op overhead, whose spread says how far the pooled value can be trusted. Time them with one
     inter-op thread: the ops then run one at a time, as they were traced."""
@@ -664,7 +649,11 @@ def calibrate_op_overhead(
         raise ValueError(f"fits must be at least 1, got {fits}")
     each = [
         fit_op_overhead(
-            *zip(*time_op_chains(ops, target=target, config=config, device=device, repeats=repeats))
+            *zip(
+                *time_traced_and_untraced(
+                    op_chains(ops), target=target, config=config, device=device, repeats=repeats
+                )
+            )
         )
         for _ in range(fits)
     ]
