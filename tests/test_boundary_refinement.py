@@ -20,7 +20,7 @@ from tfplace.placer.celeritas import celeritas
 from tfplace.placer.fusion import fuse
 from tfplace.placer.ledger import MemoryLedger
 from tfplace.placer.refine import _boundary_moves, _part_targets, offload_side_work, refine_boundaries
-from tfplace.simulator import simulate
+from tfplace.simulator import SimulationResult, simulate
 
 COMMITTED_CNN = Path(__file__).parent / "data" / "cnn_costs_b64.json.gz"
 INCEPTION_V3 = Path(__file__).resolve().parent.parent / "results" / "graphs" / "inception_v3.json.gz"
@@ -193,17 +193,22 @@ def test_side_work_stays_when_the_budget_allows_no_trial(monkeypatch):
     assert offload_side_work(one_cluster_on_device_0(indexed, device_set)[0]) is None
 
 
+def celeritas_against_one_v100(path: Path) -> tuple[bool, SimulationResult, SimulationResult]:
+    """Celeritas on the committed cost graph at ``path`` (co-placed gradients, 4 x V100 32 GB):
+    whether it refined, its simulated step, and the simulated step on one device."""
+    device_set = DeviceSet.parse("/device:GPU:0-3", DEVICE_MODELS["V100-32GB"].memory)
+    indexed = index_graph(load_json(path), device_set.typical_link, coplace_gradients=True)
+    output = celeritas(indexed, device_set)
+    one_device = simulate(indexed, np.zeros(len(indexed), dtype=np.int64), device_set)
+    return bool(output.details["refined"]), simulate(indexed, output.op_devices, device_set), one_device
+
+
 @pytest.mark.slow
 def test_celeritas_places_tensor_holography_faster_than_one_device():
     """Issue 14: the step fits one V100; the optimizer's updates and the batch norms' moving
     averages, which no op waits for until the step ends, run on a second device meanwhile."""
-    graph = load_json(TENSOR_HOLOGRAPHY)
-    device_set = DeviceSet.parse("/device:GPU:0-3", DEVICE_MODELS["V100-32GB"].memory)
-    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
-    output = celeritas(indexed, device_set)
-    one_device = simulate(indexed, np.zeros(len(indexed), dtype=np.int64), device_set)
-    step = simulate(indexed, output.op_devices, device_set)
-    assert not step.oom and output.details["refined"]
+    refined, step, one_device = celeritas_against_one_v100(TENSOR_HOLOGRAPHY)
+    assert not step.oom and refined
     assert step.makespan < one_device.makespan
 
 
@@ -211,12 +216,7 @@ def test_celeritas_places_tensor_holography_faster_than_one_device():
 def test_celeritas_places_inception_v3_faster_than_one_device_and_within_memory():
     """Issue 14: the one-device step (2.66 s) does not fit a V100's 32 GiB; the refined placement
     fits and, running branches beside each other, is shorter."""
-    graph = load_json(INCEPTION_V3)
-    device_set = DeviceSet.parse("/device:GPU:0-3", DEVICE_MODELS["V100-32GB"].memory)
-    indexed = index_graph(graph, device_set.typical_link, coplace_gradients=True)
-    output = celeritas(indexed, device_set)
-    one_device = simulate(indexed, np.zeros(len(indexed), dtype=np.int64), device_set)
-    step = simulate(indexed, output.op_devices, device_set)
+    refined, step, one_device = celeritas_against_one_v100(INCEPTION_V3)
     assert one_device.oom and not step.oom
-    assert output.details["refined"]
+    assert refined
     assert step.makespan < one_device.makespan
