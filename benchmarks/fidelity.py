@@ -4,26 +4,40 @@ For each model (small variants), each kind of CPU device (``virtual``: CPUs of o
 ``loopback``: one worker process per device, tensors over gRPC) and each placement (one device, a
 whole-op placement split over the devices, ``auto``), the step is
 
-- simulated (:func:`tfplace.simulator.simulate`) on the costs Standard Evaluation profiled at the
-  batch size, through the machine's CPU device model
-  (:class:`tfplace.core.device_model.CpuCalibration`, made once by ``tfplace calibrate`` and
-  read from ``--calibration``): every op's traced time plus the per-op overhead of a real step,
-  the per-step overhead, the inter-op threads of each process on the machine's shared cores, and
-  the calibrated link of the device kind. No factor is fitted to any model;
-- and run as it was profiled: the GraphDef's own ops (no Grappler rewrites, which would run other
+- placed on the costs Standard Evaluation profiled at the batch size (read from ``--cache_dir``
+  when stored);
+- run as it was profiled: the GraphDef's own ops (no Grappler rewrites, which would run other
   ops than the simulated ones), one intra-op thread
   (:func:`tfplace.estimator.calibration.profiled_run_config`). Every placement of a model runs in
   two sessions at once; after a warm-up into the executor's steady state (``--warmup_steps``:
   TensorFlow runs the kernels it has found cheap inline only after about 90 steps), the sessions
   step in interleaved rounds, at least ``--timed_seconds`` each, so that a 5 ms step gets hundreds
-  of steps. ``measured_s`` is the median step of both sessions; ``noise`` is the difference of
-  the two sessions' medians over it: the same placement measured twice, the noise floor below
-  which the simulator's error means nothing. ``simulated_transfers`` counts the simulated step's
-  transfers between devices (tensors, and on loopback control messages; a small constant TensorFlow
-  copies to each worker sends none: :func:`tfplace.simulator.plan.replicated_constants`), ``recv_calls`` the
-  ``RecvTensor`` calls of a traced real step on loopback (0 on virtual CPUs). ``cpu_s`` is the CPU seconds per step of this
-  process and the workers (on a busy machine closer to a quiet machine's step than wall-clock
-  time, where one thread runs the step).
+  of steps;
+- profiled again **side by side** with those runs: ``--profile_steps`` traced steps of the
+  profiler's one-device session spread over the same rounds (:class:`SideBySideProfile`). This
+  machine's speed moves by up to a quarter over seconds while nothing shows in the load average;
+  a profile from minutes before compares two speeds (``profile_drift``: the side-by-side profile's
+  summed op times against the first profile's, -26% for a Transformer profile cached in a slow
+  spell);
+- simulated (:func:`tfplace.simulator.simulate`) on the side-by-side profile through the
+  machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
+  ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
+  overhead of a real step, the per-step overhead, the inter-op threads of each process on the
+  machine's shared cores, and the calibrated link of the device kind. No factor is fitted to any
+  model.
+
+``measured_s`` is the profiler's statistic of the steps of both sessions (:func:`step_statistic`,
+the mean of the lowest tenth): the simulated step is the sum of op times reduced that way, what
+each op takes when nothing slows it, and the calibration's per-op overhead is measured against
+the fastest untraced steps; ``median_s`` and ``median_error`` give the median step beside it.
+``noise`` is the difference of the two sessions' statistics: the same placement measured twice,
+the noise floor below which the simulator's error means nothing. ``simulated_transfers`` counts the
+simulated step's transfers between devices (tensors, and on loopback control messages; a small
+constant TensorFlow copies to each worker sends none:
+:func:`tfplace.simulator.plan.replicated_constants`), ``recv_calls`` the ``RecvTensor`` calls of a
+traced real step on loopback (0 on virtual CPUs). ``cpu_s`` is the CPU seconds per step of this
+process and the workers (on a busy machine closer to a quiet machine's step than wall-clock time,
+where one thread runs the step).
 
 Memory: per device the placement uses, the simulated peak against the allocator's: the most bytes
 the step's kernels held at once by the allocation records of a ``FULL_TRACE`` step
@@ -89,6 +103,13 @@ flags.DEFINE_string(
     os.path.join(".tfplace_cache", "calibration.json"),
     "The machine's CPU device model, written by tfplace calibrate.",
 )
+flags.DEFINE_integer(
+    "profile_steps",
+    30,
+    "Traced steps of the model's one-device profile taken during the timed rounds, spread evenly "
+    "over them (at most one per round): the costs the rows are simulated on, measured side by side "
+    "with the runs they are compared with.",
+)
 flags.DEFINE_string("output", "results/fidelity.csv", "CSV file written.")
 flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory ('' always profiles).")
 
@@ -111,6 +132,9 @@ COLUMNS = (
     "recv_calls",
     "simulated_s",
     "measured_s",
+    "median_s",
+    "median_error",
+    "profile_drift",
     "error",
     "noise",
     "steps",
@@ -335,16 +359,22 @@ def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, Any]:
     return seconds, first_steps
 
 
-def interleaved_steps(sessions: Sequence[Series], workers: Sequence[int]) -> tuple[int, list[Any]]:
+def interleaved_steps(
+    sessions: Sequence[Series], workers: Sequence[int], profile: SideBySideProfile
+) -> tuple[int, list[Any]]:
     """Time the sessions' steps in rounds, one step of each per round, the order rotating from round
     to round: a busy spell of the machine slows every session a little rather than one a lot, and
     no session always runs after the same other one. Each session gets at least ``--steps`` and
-    ``--timed_seconds`` of steps (at most ``--max_steps``). Returns the rounds run and each
-    session's trace of its first steps (:func:`warm_up`)."""
+    ``--timed_seconds`` of steps (at most ``--max_steps``); ``profile`` takes ``--profile_steps``
+    traced steps spread evenly over the rounds. Returns the rounds run and each session's trace of
+    its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
     longest = max(seconds for seconds, _ in warmed)
     rounds = min(max(FLAGS.steps, math.ceil(FLAGS.timed_seconds / max(longest, 1e-6))), FLAGS.max_steps)
+    every = max(1, rounds // max(FLAGS.profile_steps, 1))
     for index in range(rounds):
+        if index % every == 0 and len(profile.wall) < FLAGS.profile_steps:
+            profile.step()
         shift = index % len(sessions)
         for series in [*sessions[shift:], *sessions[:shift]]:
             wall, cpu = series.step(workers)
@@ -353,7 +383,78 @@ def interleaved_steps(sessions: Sequence[Series], workers: Sequence[int]) -> tup
     return rounds, [trace for _, trace in warmed]
 
 
-def traced_step(series: Series):
+@dataclasses.dataclass
+class SideBySideProfile:
+    """The model's one-device profile taken again while its placements run: traced steps of the
+    profiler's session (the original graph, :func:`~tfplace.estimator.profiler.profiling_config`,
+    the profiler's warm-up) in some of the timed rounds, reduced per op as the profiler reduces its
+    repeats (:func:`~tfplace.estimator.profiler.time_statistics` of the steps
+    :func:`~tfplace.estimator.statistics.kept_steps` keeps).
+
+    This VM's speed moves by up to a quarter over seconds while the load average stays below 1:
+    the Transformer's untraced step had medians of 17.2 to 22.3 ms over 2-second windows of one
+    session, its process's CPU time per step moving with them, with no steal time (session 8). A
+    profile taken minutes before the runs compares two speeds of the machine; taken in the same
+    rounds, profile and runs see the same one."""
+
+    session: Any
+    fetches: Any
+    feeds: dict[str, Any]
+    ops: frozenset[str]
+    traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    wall: list[float] = dataclasses.field(default_factory=list)
+
+    def step(self) -> None:
+        """One traced step, its op traces and wall-clock seconds kept."""
+        from tfplace.tf_graph.step_stats import collect_op_traces
+
+        start = time.perf_counter()
+        metadata = traced_step(self)
+        self.wall.append(time.perf_counter() - start)
+        self.traces.append(collect_op_traces(metadata, self.ops))
+
+    def compute_times(self) -> dict[str, float]:
+        """Each op's compute time by the profiler's statistic over the kept steps."""
+        from tfplace.estimator.profiler import time_statistics
+        from tfplace.estimator.statistics import RepeatPolicy, kept_steps
+
+        policy = RepeatPolicy()
+        kept = [self.traces[i] for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
+        return {op: seconds for op, (seconds, _) in time_statistics(kept, policy).items()}
+
+
+def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:
+    """The profiler's session of ``spec`` at ``batch`` (closed with ``stack``), initialized and
+    warmed up as :func:`tfplace.api.estimate_costs` warms it up."""
+    import inspect
+
+    import tensorflow as tf
+
+    from tfplace.api import estimate_costs
+    from tfplace.estimator.profiler import profiling_config
+
+    session = stack.enter_context(tf.compat.v1.Session(graph=spec.graph, config=profiling_config()))
+    session.run(spec.init_op)
+    feeds = spec.feed_fn(batch)
+    for _ in range(inspect.signature(estimate_costs).parameters["warmup_steps"].default):
+        session.run(spec.train_op, feeds)
+    return SideBySideProfile(session, spec.train_op, feeds, ops)
+
+
+def with_compute_times(cost_graph, times: dict[str, float]):
+    """A copy of ``cost_graph`` whose ops measured in ``times`` take those seconds; its ops' summed
+    time over theirs before, minus one: how far the machine moved between the two profiles."""
+    graph = cost_graph.copy()
+    before = after = 0.0
+    for op, seconds in times.items():
+        if op in graph:
+            before += graph.nodes[op]["compute_time"]
+            after += seconds
+            graph.nodes[op]["compute_time"] = seconds
+    return graph, after / before - 1 if before else 0.0
+
+
+def traced_step(series: Series | SideBySideProfile):
     """The ``FULL_TRACE`` step stats of one more step of ``series``."""
     import tensorflow as tf
 
@@ -364,12 +465,16 @@ def traced_step(series: Series):
 
 
 def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, Any]]:
-    """Profile, place, simulate and run ``name`` on ``kind`` devices.
+    """Profile, place, run and simulate ``name`` on ``kind`` devices.
 
-    Every placement runs in two sessions at once, all of them stepping in interleaved rounds
-    (:func:`interleaved_steps`): ``measured_s`` is the median step of both sessions together and
-    ``noise`` the difference of the two sessions' medians over it, the noise floor of the row
-    (the same placement measured twice), which a simulator's error below it cannot be told from.
+    The placements are decided on the costs Standard Evaluation profiled (:func:`profiled_model`).
+    Every placement then runs in two sessions at once, all of them stepping in interleaved rounds
+    (:func:`interleaved_steps`) beside the profiler's session taking its traced steps again
+    (:class:`SideBySideProfile`): the rows are simulated on that side-by-side profile, whose sum of
+    op times over the first one's is ``profile_drift``. ``measured_s`` is the median step of both
+    sessions together and ``noise`` the difference of the two sessions' medians over it, the noise
+    floor of the row (the same placement measured twice), which a simulator's error below it cannot
+    be told from.
     """
     import contextlib
 
@@ -381,20 +486,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     cost_graph = calibration.step_costs(estimate.cost_graph, kind)
     cost_graph.set_transfer_model(devices.typical_link)
     placed = placements(cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements)
-    rows = {}
-    for placer, placement in placed.items():
-        result = simulated(cost_graph, {op: placement.assignment[op] for op in cost_graph}, devices)
-        used = sorted({placement.assignment[op] for op in cost_graph})
-        rows[placer] = {
-            "model": name,
-            "placement": placer,
-            "kind": kind,
-            "devices_used": len(used),
-            "simulated_transfers": result.transfers,
-            "used": used,
-            "simulated_s": result.makespan,
-            "simulated_peaks": {d: int(result.peak_memory[devices.index(d)]) for d in used},
-        }
+    rows = {placer: {"model": name, "placement": placer, "kind": kind} for placer in placed}
     workers = cluster.pids if kind == "loopback" else []
     wait_for_quiet()
     before = load()
@@ -404,7 +496,8 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             for placement in placed.values()
             for _ in "ab"
         ]
-        steps, first_traces = interleaved_steps(sessions, workers)
+        profile = open_profile(stack, spec, batch, frozenset(estimate.cost_graph))
+        steps, first_traces = interleaved_steps(sessions, workers, profile)
         loads = f"{before} -> {load()}"
         for index, (placer, placement) in enumerate(placed.items()):
             pair = sessions[2 * index : 2 * index + 2]
@@ -420,8 +513,21 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
                 allocator_peaks(spec, placement, trace) for trace in first_traces[2 * index : 2 * index + 2]
             ]
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
-    for row in rows.values():
-        finish_row(row)
+    side_by_side, drift = with_compute_times(estimate.cost_graph, profile.compute_times())
+    simulated_on = calibration.step_costs(side_by_side, kind)
+    simulated_on.set_transfer_model(devices.typical_link)
+    for placer, placement in placed.items():
+        result = simulated(simulated_on, {op: placement.assignment[op] for op in simulated_on}, devices)
+        used = sorted({placement.assignment[op] for op in simulated_on})
+        rows[placer].update(
+            devices_used=len(used),
+            simulated_transfers=result.transfers,
+            used=used,
+            simulated_s=result.makespan,
+            profile_drift=drift,
+            simulated_peaks={d: int(result.peak_memory[devices.index(d)]) for d in used},
+        )
+        finish_row(rows[placer])
     return list(rows.values())
 
 
@@ -433,14 +539,32 @@ def recv_calls(run_metadata) -> int:
     )
 
 
+def step_statistic(seconds: Sequence[float]) -> float:
+    """The profiler's statistic (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s default, the
+    mean of the lowest tenth) of a session's step times: the simulated step is made of every op's
+    time by that statistic, what the op takes when nothing else slows it; the measured step it is
+    compared with is reduced the same way."""
+    import numpy as np
+
+    from tfplace.estimator.statistics import RepeatPolicy, location
+
+    policy = RepeatPolicy()
+    values = np.asarray(seconds, dtype=float)[None, :]
+    return float(location(values, policy.statistic, policy.trim, policy.lower_fraction)[0])
+
+
 def finish_row(row: dict[str, Any]) -> None:
-    """The measured time (median of both sessions' steps), its noise floor, the errors, and the
-    memory of the device with the largest simulated peak against the allocator's (the median over
-    the sessions), in a session's first steps and in its steady state."""
-    first, second = (statistics.median(series) for series in row["series"])
-    row["measured_s"] = statistics.median([seconds for series in row["series"] for seconds in series])
+    """The measured time (:func:`step_statistic` of both sessions' steps together, and their
+    median), its noise floor (the two sessions' statistics apart), the errors, and the memory of
+    the device with the largest simulated peak against the allocator's (the median over the
+    sessions), in a session's first steps and in its steady state."""
+    first, second = (step_statistic(series) for series in row["series"])
+    steps = [seconds for series in row["series"] for seconds in series]
+    row["measured_s"] = step_statistic(steps)
+    row["median_s"] = statistics.median(steps)
     row["noise"] = abs(first - second) / row["measured_s"]
     row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
+    row["median_error"] = (row["simulated_s"] - row["median_s"]) / row["median_s"]
     fullest = max(row["used"], key=lambda d: row["simulated_peaks"][d])
     row["simulated_peak_mb"] = row["simulated_peaks"][fullest] / MB
     for runs, peaks, peak_mb, error in (
@@ -460,6 +584,9 @@ def finish_row(row: dict[str, Any]) -> None:
 #: Decimals each numeric column is written with.
 DECIMALS = {
     "simulated_s": 6,
+    "median_s": 6,
+    "median_error": 6,
+    "profile_drift": 6,
     "measured_s": 6,
     "error": 6,
     "noise": 6,
@@ -505,10 +632,14 @@ def main(argv: Sequence[str]) -> None:
     output = write_rows(rows)
     print(f"CPU device model ({FLAGS.calibration}): {calibration.to_dict()}")
     print(output.read_text(), end="")
-    print("model,kind,placement,median step of each session [s],steps,load 1/5/15 min before -> after")
+    print(
+        "model,kind,placement,step of each session (statistic / median) [s],steps,load 1/5/15 min before -> after"
+    )
     for row in rows:
-        medians = " ".join(f"{statistics.median(series):.5f}" for series in row["series"])
-        print(f"{row['model']},{row['kind']},{row['placement']},{medians},{row['steps']},{row['load']}")
+        sessions = " ".join(
+            f"{step_statistic(series):.5f}/{statistics.median(series):.5f}" for series in row["series"]
+        )
+        print(f"{row['model']},{row['kind']},{row['placement']},{sessions},{row['steps']},{row['load']}")
     for row in rows:
         peaks = ", ".join(
             f"{d}: {row['simulated_peaks'][d] / MB:.1f}/{row['allocator_peaks'][d] / MB:.1f}"
@@ -528,7 +659,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
         return sum(abs(row[key]) <= bound for row in rows)
 
     return (
-        f"step within 5%: {within('error', 0.05)}/{len(rows)}, within 10%: {within('error', 0.10)}; "
+        f"step within 5%: {within('error', 0.05)}/{len(rows)}, within 10%: {within('error', 0.10)} "
+        f"(the median step within 5%: {within('median_error', 0.05)}); "
         f"within its noise floor: {sum(abs(r['error']) <= r['noise'] for r in rows)}; "
         f"noise floor above 2%: {sum(r['noise'] > 0.02 for r in rows)}; memory within 10%: first steps "
         f"{within('memory_error', 0.10)}/{len(rows)}, steady {within('steady_memory_error', 0.10)}/{len(rows)}"

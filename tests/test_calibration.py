@@ -98,6 +98,16 @@ def test_the_latency_is_the_intercept_of_time_against_tensors_sent_together():
     assert latency_from_counts((1, 4), [3e-4, 12e-4], b=3e-4) == 0.0  # no overlap: all of b holds the link
 
 
+def test_a_virtual_handoff_costs_the_slope_of_time_against_tensors_handed_over_together():
+    from tfplace.estimator.calibration import slope_per_count
+
+    seconds = [8e-6 + n * 2.35e-6 for n in (16, 64, 128)]
+    assert slope_per_count((16, 64, 128), seconds) == pytest.approx(2.35e-6)  # not one tensor's 10.35 us
+    assert slope_per_count((16, 64), [5e-5, 4e-5]) == 0.0  # noise that falls with the count costs nothing
+    with pytest.raises(ValueError, match="two different counts"):
+        slope_per_count((16, 16), [4e-5, 5e-5])
+
+
 def test_the_step_overhead_is_the_time_per_host_of_steps_on_more_and_more_hosts():
     from tfplace.estimator.calibration import overhead_per_host
 

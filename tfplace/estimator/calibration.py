@@ -54,6 +54,7 @@ __all__ = [
     "calibrate_transfer",
     "fit_op_overhead",
     "handoff_on_threads",
+    "handoff_per_tensor",
     "latency_from_counts",
     "op_chains",
     "overhead_per_host",
@@ -61,6 +62,7 @@ __all__ = [
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
+    "slope_per_count",
     "time_concurrent_transfers",
     "time_step_overheads",
     "time_traced_and_untraced",
@@ -72,6 +74,10 @@ DEFAULT_SIZES: tuple[int, ...] = tuple(2**p for p in range(10, 27, 2))
 
 DEFAULT_COUNTS: tuple[int, ...] = (1, 4, 16)
 """Small tensors sent at once to measure how much of ``b`` transfers overlap."""
+
+HANDOFF_COUNTS: tuple[int, ...] = (16, 64, 128)
+"""Tensors handed over at once between two virtual CPUs whose times' slope is one tensor's hand-off
+(:func:`handoff_per_tensor`)."""
 
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
@@ -459,6 +465,36 @@ def calibrate_local_cluster(
     return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
 
 
+def handoff_per_tensor(
+    src_device: str,
+    dst_device: str,
+    *,
+    config: Any = None,
+    counts: Sequence[int] = HANDOFF_COUNTS,
+    repeats: int = 10,
+) -> float:
+    """Seconds one more tensor handed from ``src_device`` to ``dst_device`` of this process costs:
+    the slope (least squares) of the time ``counts`` tensors of 1 KiB take handed over at once
+    (:func:`time_concurrent_transfers`), at least 0.
+
+    One tensor's time is the difference of two steps' minima and as small as their noise: 0-4.6 us
+    on this machine from run to run, fitted ``b`` 1.35 us. The slope over 16-128 tensors measures
+    the same cost many times over: 2.35 us in two runs in a row, as a chain of 400 ops crossing
+    between the devices 9, 39 or 99 times costs 2.5-4.8 us per crossing (session 8). A training
+    step hands over tensors by the dozen or hundred (98 for the small NMT split in two)."""
+    seconds = time_concurrent_transfers(src_device, dst_device, config=config, counts=counts, repeats=repeats)
+    return slope_per_count(counts, seconds)
+
+
+def slope_per_count(counts: Sequence[int], seconds: Sequence[float]) -> float:
+    """Seconds each one more of ``counts`` adds: the least-squares slope of ``seconds`` on the
+    counts, at least 0 (:func:`handoff_per_tensor`)."""
+    if len(set(counts)) < 2:
+        raise ValueError(f"a slope needs at least two different counts, got {list(counts)}")
+    slope, _ = np.polyfit(np.asarray(counts, dtype=float), np.asarray(seconds, dtype=float), 1)
+    return float(max(slope, 0.0))
+
+
 def handoff_on_threads(link: TransferModel) -> TransferModel:
     """The link between two virtual CPUs of one process with all its work done by the process's
     own inter-op threads: ``copy_b = b`` and ``copy_k = k`` (no ``latency``), which hold a thread
@@ -674,7 +710,8 @@ def calibrate_cpu(
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
     ``virtual_threads`` inter-op threads, their per-op and per-step
     overhead (:func:`calibrate_op_overhead`, the median of ``fits`` fits) and the hand-off between them
-    (:func:`calibrate_transfer`, work of the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
+    (:func:`calibrate_transfer` for the bytes, :func:`handoff_per_tensor` for each tensor, work of
+    the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
 
@@ -692,9 +729,10 @@ def calibrate_cpu(
     op_overhead, step_overhead, spread = calibrate_op_overhead(
         config=sequential, ops=chain_ops, repeats=repeats, fits=fits
     )
-    link = calibrate_transfer(
-        "/device:CPU:0", "/device:CPU:1", config=profiled_run_config(2, threads), repeats=repeats, counts=None
-    )
+    handoff = profiled_run_config(2, threads)
+    link = calibrate_transfer("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats, counts=None)
+    per_tensor = handoff_per_tensor("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats)
+    link = dataclasses.replace(link, b=per_tensor)
     processes = {
         "virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link), spread)
     }
