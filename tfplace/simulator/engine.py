@@ -385,7 +385,6 @@ class _Run:
         sharing: list[tuple[float, int, int, int]] = []
         started = itertools.count()
         work_done = 0.0  # seconds of work each task running since time 0 has done on the cores
-        op_started = [0.0] * n if record else []
         op_record = [0] * n if record else []  # where an op's task is in self.op_tasks
         sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
@@ -518,8 +517,8 @@ class _Run:
                     allocate(d, footprint[u], now, u, "start")
                     run(_OP_END, u, compute[u])
                     if record:
-                        op_started[u], op_record[u] = now, len(self.op_tasks)
-                        self.op_tasks.append(OpTask(names[u], d, now, now))
+                        op_record[u] = len(self.op_tasks)
+                        self.op_tasks.append(OpTask(names[u], d, now, now))  # its end is set when it ends
                     continue
                 t, receiving = divmod(u - n, 2)
                 if receiving:
@@ -577,7 +576,7 @@ class _Run:
                     d = placed[x]
                     release_thread(d)
                     if record:
-                        self.op_tasks[op_record[x]] = OpTask(names[x], d, op_started[x], now)
+                        self.op_tasks[op_record[x]] = self.op_tasks[op_record[x]]._replace(end=now)
                     free(d, temporary[x], now)
                     base = slot_base[x]
                     for buffer in range(base, base + slot_counts[x]):
