@@ -44,10 +44,13 @@ the step's kernels held at once by the allocation records of a ``FULL_TRACE`` st
 (:func:`tfplace.tf_graph.step_stats.allocation_peaks`), plus the variables resident on the device
 (their buffers, sized from the placed graph's variables), which the allocator holds from before the
 step. ``allocator_peak_mb`` is a session's fourth step, as the executor runs the first steps of a
-session (every kernel not declared inexpensive goes through the thread pool, the order the simulator
-follows: :data:`tfplace.core.device_model.INEXPENSIVE_KERNELS`); ``steady_peak_mb`` is a step after
-the timed ones, once the executor runs its cheap kernels inline, which reorders the step (the small
-NMT: 3.30 MB up to step 80, 4.87 MB from step 120).
+session (every kernel not declared inexpensive goes through the thread pool, the order
+``simulated_peak_mb`` follows: :data:`tfplace.core.device_model.INEXPENSIVE_KERNELS`);
+``steady_peak_mb`` is a step after the timed ones, once the executor runs inline every kernel it
+has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
+MB from step 120), the order ``simulated_steady_peak_mb`` follows (each op's profiled kernel time
+on the machine's cycle counter: :func:`tfplace.core.device_model.inline_ops`, :func:`cycle_counter_hz`).
+Both compare the device with the largest simulated peak.
 
 ``error = (simulated - measured) / measured``; the targets are 5% for time and 10% for memory.
 Each model waits until the one-minute load average is below ``--max_load`` (at most
@@ -142,6 +145,7 @@ COLUMNS = (
     "simulated_peak_mb",
     "allocator_peak_mb",
     "memory_error",
+    "simulated_steady_peak_mb",
     "steady_peak_mb",
     "steady_memory_error",
     "load",
@@ -194,12 +198,26 @@ def placements(cost_graph, structure, devices, names: Sequence[str]) -> dict[str
     return result
 
 
-def simulated(cost_graph, assignment, devices):
-    """The simulated step of ``assignment``, the devices following TensorFlow's CPU executor."""
+def cycle_counter_hz() -> float:
+    """The rate of the cycle counter TensorFlow's executor times kernels with, the processor's
+    time-stamp counter: Linux's ``cpu MHz`` in ``/proc/cpuinfo`` (the counter's rate on a machine
+    without frequency scaling, as this VM; with scaling it is the current clock)."""
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            key, _, value = line.partition(":")
+            if key.strip() == "cpu MHz":
+                return float(value) * 1e6
+    raise RuntimeError("/proc/cpuinfo gives no 'cpu MHz': the executor's cycle counter rate is unknown")
+
+
+def simulated(cost_graph, assignment, devices, cycles_per_second: float | None = None):
+    """The simulated step of ``assignment``, the devices following TensorFlow's CPU executor: as in
+    a session's first steps, or with ``cycles_per_second`` (:func:`cycle_counter_hz`) in its steady
+    state (:func:`tfplace.core.device_model.inline_ops`)."""
     from tfplace.core.device_model import inline_ops
     from tfplace.simulator import simulate
 
-    return simulate(cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph))
+    return simulate(cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph, cycles_per_second))
 
 
 def variable_bytes(graph, placement) -> dict[str, int]:
@@ -413,14 +431,18 @@ class SideBySideProfile:
         self.wall.append(time.perf_counter() - start)
         self.traces.append(collect_op_traces(metadata, self.ops))
 
-    def compute_times(self) -> dict[str, float]:
-        """Each op's compute time by the profiler's statistic over the kept steps."""
+    def times(self) -> dict[str, tuple[float, float]]:
+        """Each op's compute time by the profiler's statistic over the kept steps, and its kernel
+        time (the median, as the profiler records it)."""
         from tfplace.estimator.profiler import time_statistics
         from tfplace.estimator.statistics import RepeatPolicy, kept_steps
 
         policy = RepeatPolicy()
         kept = [self.traces[i] for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
-        return {op: seconds for op, (seconds, _) in time_statistics(kept, policy).items()}
+        return {
+            op: (seconds, statistics.median(step[op].kernel_time for step in kept if op in step))
+            for op, (seconds, _) in time_statistics(kept, policy).items()
+        }
 
 
 def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:
@@ -441,16 +463,17 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     return SideBySideProfile(session, spec.train_op, feeds, ops)
 
 
-def with_compute_times(cost_graph, times: dict[str, float]):
-    """A copy of ``cost_graph`` whose ops measured in ``times`` take those seconds; its ops' summed
-    time over theirs before, minus one: how far the machine moved between the two profiles."""
+def with_times(cost_graph, times: dict[str, tuple[float, float]]):
+    """A copy of ``cost_graph`` whose ops measured in ``times`` take those seconds (compute time,
+    kernel time); its ops' summed compute time over theirs before, minus one: how far the machine
+    moved between the two profiles."""
     graph = cost_graph.copy()
     before = after = 0.0
-    for op, seconds in times.items():
+    for op, (seconds, kernel) in times.items():
         if op in graph:
             before += graph.nodes[op]["compute_time"]
             after += seconds
-            graph.nodes[op]["compute_time"] = seconds
+            graph.nodes[op].update(compute_time=seconds, kernel_time=min(kernel, seconds))
     return graph, after / before - 1 if before else 0.0
 
 
@@ -513,12 +536,15 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
                 allocator_peaks(spec, placement, trace) for trace in first_traces[2 * index : 2 * index + 2]
             ]
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
-    side_by_side, drift = with_compute_times(estimate.cost_graph, profile.compute_times())
+    side_by_side, drift = with_times(estimate.cost_graph, profile.times())
     simulated_on = calibration.step_costs(side_by_side, kind)
     simulated_on.set_transfer_model(devices.typical_link)
+    cycles_per_second = cycle_counter_hz()
     for placer, placement in placed.items():
-        result = simulated(simulated_on, {op: placement.assignment[op] for op in simulated_on}, devices)
-        used = sorted({placement.assignment[op] for op in simulated_on})
+        assignment = {op: placement.assignment[op] for op in simulated_on}
+        result = simulated(simulated_on, assignment, devices)
+        steady = simulated(simulated_on, assignment, devices, cycles_per_second)
+        used = sorted(set(assignment.values()))
         rows[placer].update(
             devices_used=len(used),
             simulated_transfers=result.transfers,
@@ -526,6 +552,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             simulated_s=result.makespan,
             profile_drift=drift,
             simulated_peaks={d: int(result.peak_memory[devices.index(d)]) for d in used},
+            simulated_steady_peaks={d: int(steady.peak_memory[devices.index(d)]) for d in used},
         )
         finish_row(rows[placer])
     return list(rows.values())
@@ -565,16 +592,17 @@ def finish_row(row: dict[str, Any]) -> None:
     row["noise"] = abs(first - second) / row["measured_s"]
     row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
     row["median_error"] = (row["simulated_s"] - row["median_s"]) / row["median_s"]
-    fullest = max(row["used"], key=lambda d: row["simulated_peaks"][d])
-    row["simulated_peak_mb"] = row["simulated_peaks"][fullest] / MB
-    for runs, peaks, peak_mb, error in (
-        ("allocator_runs", "allocator_peaks", "allocator_peak_mb", "memory_error"),
-        ("steady_runs", "steady_peaks", "steady_peak_mb", "steady_memory_error"),
-    ):
+    for simulated_peaks, simulated_mb, runs, peaks, peak_mb, error in (
+        ("simulated_peaks", "simulated_peak_mb", "allocator_runs", "allocator_peaks", "allocator_peak_mb", "memory_error"),
+        ("simulated_steady_peaks", "simulated_steady_peak_mb", "steady_runs", "steady_peaks", "steady_peak_mb",
+         "steady_memory_error"),
+    ):  # fmt: skip
+        fullest = max(row["used"], key=lambda d: row[simulated_peaks][d])
+        row[simulated_mb] = row[simulated_peaks][fullest] / MB
         # with several inter-op threads the order of the ops, and so the peak, varies from run to run
         row[peaks] = {d: statistics.median(run[d] for run in row[runs]) for d in row["used"]}
         row[peak_mb] = row[peaks][fullest] / MB
-        row[error] = (row["simulated_peak_mb"] - row[peak_mb]) / row[peak_mb]
+        row[error] = (row[simulated_mb] - row[peak_mb]) / row[peak_mb]
     logging.info(
         "%s/%s/%s: simulated %.4f s, measured %.4f s (noise %.1f%%)",
         row["model"], row["kind"], row["placement"], row["simulated_s"], row["measured_s"], 100 * row["noise"],
@@ -594,6 +622,7 @@ DECIMALS = {
     "memory_error": 6,
     "simulated_peak_mb": 2,
     "allocator_peak_mb": 2,
+    "simulated_steady_peak_mb": 2,
     "steady_peak_mb": 2,
     "steady_memory_error": 6,
 }
@@ -642,12 +671,13 @@ def main(argv: Sequence[str]) -> None:
         print(f"{row['model']},{row['kind']},{row['placement']},{sessions},{row['steps']},{row['load']}")
     for row in rows:
         peaks = ", ".join(
-            f"{d}: {row['simulated_peaks'][d] / MB:.1f}/{row['allocator_peaks'][d] / MB:.1f}"
-            f"/{row['steady_peaks'][d] / MB:.1f}"
+            f"{d}: {row['simulated_peaks'][d] / MB:.2f}/{row['allocator_peaks'][d] / MB:.2f}, "
+            f"{row['simulated_steady_peaks'][d] / MB:.2f}/{row['steady_peaks'][d] / MB:.2f}"
             for d in row["used"]
         )
         print(
-            f"{row['model']}/{row['kind']}/{row['placement']} peak MB simulated/allocator first steps/steady: {peaks}"
+            f"{row['model']}/{row['kind']}/{row['placement']} peak MB simulated/allocator, first steps "
+            f"then steady: {peaks}"
         )
     print(summary(rows))
 

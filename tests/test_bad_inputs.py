@@ -203,7 +203,7 @@ def saved_document(tmp_path):
         (lambda d: d.update(ops="op0"), r"'ops' must be a list"),
         (lambda d: d.pop("edges"), r"'edges' must be a list, got None"),
         (lambda d: d.update(graph=[1]), r"'graph' must be an object of metadata"),
-        (lambda d: d.update(version=4), r"cost graph version 4, this tfplace reads versions 1, 2, 3"),
+        (lambda d: d.update(version=5), r"cost graph version 5, this tfplace reads versions 1, 2, 3, 4"),
         (lambda d: d["ops"][0].update(gradient_of=3), r"gradient_of must name another op, got 3"),
         (lambda d: d["ops"].append(dict(d["ops"][0])), r"op '\w+' appears twice \(ops\[4\]\)"),
         (lambda d: d["ops"][0].update(name=["x"]), r"ops\[0\] has no name"),

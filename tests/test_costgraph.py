@@ -258,11 +258,32 @@ def test_json_round_trip_keeps_the_split_fields_of_version_3(tmp_path):
     graph.add_dependency("x", "mm", slots=(0,))
     save_json(graph, tmp_path / "g.json")
     document = json.loads((tmp_path / "g.json").read_text())
-    assert document["version"] == 3 and "attrs" not in document["ops"][0]
+    assert document["version"] >= 3 and "attrs" not in document["ops"][0]
     assert dict(load_json(tmp_path / "g.json").nodes(data=True)) == dict(graph.nodes(data=True))
 
 
-@pytest.mark.parametrize("version", [1, 2])
+def test_json_round_trip_keeps_the_kernel_time_of_version_4_written_only_where_measured(tmp_path):
+    graph = CostGraph()
+    graph.add_op("measured", compute_time=3e-6, kernel_time=2e-6)
+    graph.add_op("unmeasured", compute_time=3e-6)
+    save_json(graph, tmp_path / "g.json")
+    document = json.loads((tmp_path / "g.json").read_text())
+    assert document["version"] == 4
+    assert [op.get("kernel_time") for op in document["ops"]] == [2e-6, None]
+    loaded = load_json(tmp_path / "g.json")
+    assert (
+        loaded.nodes["measured"]["kernel_time"] == 2e-6 and loaded.nodes["unmeasured"]["kernel_time"] is None
+    )
+
+
+def test_a_negative_kernel_time_names_the_op():
+    graph = CostGraph()
+    graph.add_op("x", compute_time=1e-6, kernel_time=-1e-6)
+    with pytest.raises(CostGraphError, match="op 'x': kernel_time must be None or a finite number >= 0"):
+        graph.validate()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_files_of_older_versions_load_without_split_fields(tmp_path, version):
     path = tmp_path / "old.json"
     save_json(aliasing_graph(), path)
@@ -272,7 +293,8 @@ def test_files_of_older_versions_load_without_split_fields(tmp_path, version):
         for op in document["ops"]:
             del op["gradient_of"]
     path.write_text(json.dumps(document))
-    assert load_json(path).nodes["b"]["attrs"] is None
+    loaded = load_json(path)
+    assert loaded.nodes["b"]["attrs"] is None and loaded.nodes["b"]["kernel_time"] is None
 
 
 def test_output_shapes_must_give_every_output_a_shape():

@@ -109,6 +109,44 @@ def test_inline_ops_are_the_kernels_that_declare_themselves_inexpensive():
     assert inline_ops(graph).tolist() == [True, False, True]
 
 
+def test_in_the_steady_state_kernels_timed_below_8000_cycles_run_inline_too():
+    kernels = {"c": 0.1e-6, "fast": 3.9e-6, "slow": 4.1e-6}
+    graph = graph_from_edges(
+        [("c", "fast", 8), ("fast", "slow", 8)],
+        op_type={"c": "Const", "fast": "MatMul", "slow": "MatMul"},
+        kernel_time=kernels,
+    )
+    two_ghz = 2e9  # 8,000 cycles: 4 us
+    assert inline_ops(graph).tolist() == [True, False, False]
+    assert inline_ops(graph, two_ghz).tolist() == [True, True, False]
+
+
+def test_the_kernels_own_time_decides_not_the_nodes_whole_time():
+    graph = graph_from_edges(
+        [("measured", "unmeasured", 8)],
+        compute={"measured": 6e-6, "unmeasured": 6e-6},
+        kernel_time={"measured": 2e-6},
+    )
+    assert inline_ops(graph, 2e9).tolist() == [True, False]  # without a kernel time, the whole time
+    with pytest.raises(ValueError, match="cycles_per_second must be positive"):
+        inline_ops(graph, 0.0)
+
+
+def test_a_kernel_found_cheap_runs_before_the_expensive_op_made_ready_with_it():
+    # r makes s (a sum) and then a ready; as long as both count as expensive, s goes to the pool
+    # and a, the last, runs inline; once s is timed cheap, s runs inline and a waits in the pool
+    graph = graph_from_edges(
+        [("r", "s", 0), ("r", "a", 0), ("s", "t", 0)],
+        op_type={"s": "AddN", "a": "MatMul", "t": "Identity"},
+        kernel_time={"r": 1e-5, "s": 1e-6, "a": 1e-5, "t": 1e-6},
+    )
+    on_cpu0 = np.zeros(4, dtype=int)
+    first_steps = simulate(graph, on_cpu0, cpus(1), inline_ops=inline_ops(graph), record=True)
+    steady = simulate(graph, on_cpu0, cpus(1), inline_ops=inline_ops(graph, 2e9), record=True)
+    assert started(first_steps) == ["r", "a", "s", "t"]
+    assert started(steady) == ["r", "s", "t", "a"]
+
+
 # Tensors handed over between the virtual CPUs of one process
 
 

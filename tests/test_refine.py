@@ -11,13 +11,15 @@ pytestmark = pytest.mark.tensorflow
 
 
 def traced_step(records):
-    """A RunMetadata with one record per ``(op, nanoseconds, output bytes per slot, temporary bytes)``."""
+    """A RunMetadata with one record per ``(op, nanoseconds, output bytes per slot, temporary bytes)``;
+    each record's kernel runs for half its nanoseconds."""
     from tensorflow.core.protobuf.config_pb2 import RunMetadata
 
     metadata = RunMetadata()
     device = metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:1")
     for op, nanos, outputs, temporary in records:
         node = device.node_stats.add(node_name=op, timeline_label=f"{op} = Op()", all_end_rel_nanos=nanos)
+        node.op_end_rel_nanos = nanos // 2
         for slot, nbytes in enumerate(outputs):
             node.output.add(slot=slot).tensor_description.allocation_description.allocated_bytes = nbytes
         node.memory_stats.temp_memory_size = temporary
@@ -41,7 +43,7 @@ def test_measured_ops_take_the_median_of_the_traced_steps_and_keep_predicted_per
     costs, measured = measured_costs(steps, predicted)
 
     assert measured == {"conv", "lowered_while"}
-    assert costs["conv"] == OpCost(5e-6, (800, 7), 60, 4000)  # slot 1 not reported: predicted
+    assert costs["conv"] == OpCost(5e-6, (800, 7), 60, 4000, (), 2.5e-6)  # slot 1 not reported: predicted
     assert costs["lowered_while"].compute_time == pytest.approx(2e-6)
     assert costs["lowered_while"].output_sizes == (30, 40)  # only generated nodes ran: predicted slots
     assert costs["not_traced"] == predicted["not_traced"]

@@ -151,6 +151,15 @@ def test_memory_falling_with_the_batch_is_predicted_as_its_largest_measurement_n
         assert predicted.temporary_bytes == 212_000_000
 
 
+def test_the_predicted_kernel_time_is_the_kernels_measured_share_of_the_predicted_time():
+    shares = (0.5, 0.6, 0.7)
+    measured = profile(lambda b: {"a": OpCost(1e-5 * b, (), 0, 0, (), shares[BATCHES.index(b)] * 1e-5 * b)})
+    predicted = OpCostRegression().fit(measured).predict(8)["a"]
+    assert predicted.kernel_time == pytest.approx(0.6 * predicted.compute_time)
+    unmeasured = OpCostRegression().fit(timed([1e-5, 2e-5, 4e-5])).predict(8)["a"]
+    assert unmeasured.kernel_time is None
+
+
 def test_fitting_needs_two_batch_sizes():
     single = ProfileSet(batch_sizes=(2,), costs={2: {"a": OpCost(1e-6, (8,), 0, 0)}})
     with pytest.raises(ValueError, match="two batch sizes"):

@@ -132,6 +132,7 @@ def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
     assert set(traces) == {"while", "Relu"}
     loop = traces["while"]
     assert loop.compute_time == pytest.approx(10e-6)
+    assert loop.kernel_time == pytest.approx(10e-6 - 3 * 2e-9)  # each record's op_start_rel .. op_end_rel
     assert loop.executions == 3
     assert loop.output_sizes == ()
     assert loop.temporary_bytes == 2 * (64 + 32)  # what the allocator saw, not the forwarded input

@@ -45,6 +45,11 @@ Node attributes (one node per operation, keyed by the op's name)
     ``batch_costs`` (dict or None, optional, version 3)
         The op's costs as functions of the batch size (the regression's coefficients,
         :func:`tfplace.estimator.regression.OpCostRegression.batch_costs`); ``None`` when not fitted.
+    ``kernel_time`` (float or None, optional, version 4)
+        Seconds of ``compute_time`` the op's kernels ran, without the executor's handling of the
+        node (preparing inputs, passing outputs on): what TensorFlow's CPU executor times to learn
+        which kernels are cheap enough to run inline (:func:`tfplace.core.device_model.inline_ops`);
+        ``None`` when not measured (``compute_time`` stands for it).
     ``gradient_of`` (str or None, optional, default ``None``)
         The forward op whose gradient this op computes (TensorFlow's ``gradients/<op>_grad/``
         scopes, :mod:`tfplace.core.gradients`); placers keep the two on one device unless told not to.
@@ -126,10 +131,10 @@ CHANNEL_BLOCK = "channel_block"
 float32 SIMD lanes); a split's channel pieces cost whole blocks (:mod:`tfplace.split.costs`). Absent
 on graphs whose times are another device's (:func:`tfplace.core.device_model.convert_graph`)."""
 JSON_FORMAT = "tfplace.costgraph"
-JSON_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+JSON_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 """Versions :func:`load_json` reads: 2 adds ``gradient_of`` (version 1 gets it from the op names on
-load), 3 the split fields."""
+load), 3 the split fields, 4 ``kernel_time``."""
 
 _NODE_DEFAULTS: dict[str, Any] = {
     "compute_time": 0.0,
@@ -148,11 +153,12 @@ _OPTIONAL_NODE_DEFAULTS: dict[str, Any] = {
     "output_shapes": None,
     "inputs": None,
     "batch_costs": None,
+    "kernel_time": None,
 }
 """Node attributes added after version 1 first shipped: a node (or a JSON op) may lack them."""
 _NODE_KEYS = {**_NODE_DEFAULTS, **_OPTIONAL_NODE_DEFAULTS}
-_SPLIT_NODE_KEYS = ("attrs", "output_shapes", "inputs", "batch_costs")
-"""Version 3's fields, written only for ops that have them."""
+_WRITTEN_WHEN_SET = ("attrs", "output_shapes", "inputs", "batch_costs", "kernel_time")
+"""Version 3's split fields and version 4's ``kernel_time``, written only for ops that have them."""
 
 AliasedOutput = tuple[int, str, int]
 """``(slot, producer, producer_slot)``: output ``slot`` of an op is its input ``producer:producer_slot``'s
@@ -179,6 +185,7 @@ def op_attributes(
     inputs: Iterable[tuple[str, int]] | None = None,
     batch_costs: Mapping[str, Any] | None = None,
     gradient_of: str | None = None,
+    kernel_time: float | None = None,
 ) -> dict[str, Any]:
     """Every node attribute of the schema (module docstring), normalized: what
     :meth:`CostGraph.add_op` stores, for callers that keep nodes in tables of their own."""
@@ -197,6 +204,7 @@ def op_attributes(
         "inputs": None if inputs is None else tuple((str(p), int(q)) for p, q in inputs),
         "batch_costs": None if batch_costs is None else dict(batch_costs),
         "gradient_of": gradient_of,
+        "kernel_time": None if kernel_time is None else float(kernel_time),
     }
 
 
@@ -391,6 +399,9 @@ def _validate_op(name: str, attrs: Mapping[str, Any]) -> None:
         raise CostGraphError(
             f"op {name!r}: aliased_outputs must be (slot, producer, producer slot) triples, got {aliases!r}"
         )
+    kernel = attrs.get("kernel_time")
+    if kernel is not None and not _is_amount(kernel):
+        raise CostGraphError(f"op {name!r}: kernel_time must be None or a finite number >= 0, got {kernel!r}")
     for key in ("attrs", "batch_costs"):
         if attrs.get(key) is not None and not isinstance(attrs[key], dict):
             raise CostGraphError(f"op {name!r}: {key} must be None or an object, got {attrs[key]!r}")
@@ -557,7 +568,7 @@ def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:
                 **{
                     key: _jsonable(attrs.get(key, _NODE_KEYS[key]))
                     for key in _NODE_KEYS
-                    if key not in _SPLIT_NODE_KEYS or attrs.get(key) is not None
+                    if key not in _WRITTEN_WHEN_SET or attrs.get(key) is not None
                 },
             }
             for name, attrs in graph.nodes(data=True)

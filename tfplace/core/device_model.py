@@ -44,6 +44,7 @@ __all__ = [
     "CPU_KINDS",
     "DEFAULT_CALIBRATION",
     "DEVICE_MODELS",
+    "EXPENSIVE_KERNEL_CYCLES",
     "INEXPENSIVE_KERNELS",
     "OPAQUE_OPS",
     "VIEW_OPS",
@@ -418,8 +419,32 @@ counts as expensive during the first steps of a session (the executor's cost est
 starts at 10^8 cycles and decays by a tenth per run, below its 8,000-cycle threshold only after
 about 90 steps), so the others go to the thread pool when more than one is ready."""
 
+EXPENSIVE_KERNEL_CYCLES = 8000
+"""TensorFlow's executor's ``kOpIsExpensiveThresholdCycles``: it times each expensive kernel's
+``Compute`` on the processor's cycle counter and keeps ``(9 * estimate + cycles) / 10`` (from
+10^8); once the estimate is at most this, the kernel runs inline in every later step (the estimate
+is no longer updated). After about 90 steps it is the kernel's own time."""
 
-def inline_ops(graph: CostGraph) -> np.ndarray:
-    """Per op of ``graph`` (node order), whether TensorFlow's CPU executor runs it inline
-    (:data:`INEXPENSIVE_KERNELS`): the ``inline_ops`` of :func:`tfplace.simulator.simulate`."""
-    return np.array([attrs.get("op_type") in INEXPENSIVE_KERNELS for _, attrs in graph.nodes(data=True)])
+
+def inline_ops(graph: CostGraph, cycles_per_second: float | None = None) -> np.ndarray:
+    """Per op of ``graph`` (node order), whether TensorFlow's CPU executor runs it inline: the
+    ``inline_ops`` of :func:`tfplace.simulator.simulate`.
+
+    Without ``cycles_per_second``, as in a session's first steps: the kernels declared inexpensive
+    (:data:`INEXPENSIVE_KERNELS`). With the rate of the executor's cycle counter (the processor's
+    time-stamp counter), as in the steady state of a training job: also every kernel that runs in
+    less than :data:`EXPENSIVE_KERNEL_CYCLES` cycles, by its ``kernel_time`` (``compute_time``
+    where that was not measured, which counts the node's handling too)."""
+    declared = np.array([attrs.get("op_type") in INEXPENSIVE_KERNELS for _, attrs in graph.nodes(data=True)])
+    if cycles_per_second is None:
+        return declared
+    if not cycles_per_second > 0:
+        raise ValueError(f"cycles_per_second must be positive, got {cycles_per_second!r}")
+    kernels = np.array(
+        [
+            attrs["compute_time"] if attrs.get("kernel_time") is None else attrs["kernel_time"]
+            for _, attrs in graph.nodes(data=True)
+        ],
+        dtype=float,
+    )
+    return declared | (kernels * cycles_per_second < EXPENSIVE_KERNEL_CYCLES)

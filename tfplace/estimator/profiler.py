@@ -96,14 +96,14 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 6
+_PROFILE_FORMAT = 7
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
 passed on. 4: it is the most those nodes held at once, not the sum over the iterations. 5: times are a
 robust statistic over a number of steps chosen by their spread, with their standard errors and the
 steps kept and taken. 6: the errors (and so the number of steps) are measured between the even- and
-the odd-numbered steps."""
+the odd-numbered steps. 7: costs record the time of the op's kernels alone."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ class OpCost:
 
     ``aliased_outputs`` lists ``(slot, producer, producer_slot)`` for the output slots that are
     the buffer of the op's input ``producer:producer_slot`` (the cost graph's attribute of that
-    name): the op allocates nothing for them.
+    name): the op allocates nothing for them. ``kernel_time`` is the part of ``compute_time`` its
+    kernels ran (the cost graph's attribute of that name), ``None`` when not measured.
     """
 
     compute_time: float
@@ -120,6 +121,7 @@ class OpCost:
     temporary_bytes: int
     persistent_bytes: int
     aliased_outputs: tuple[AliasedOutput, ...] = ()
+    kernel_time: float | None = None
 
     def to_list(self) -> list[Any]:
         aliases = [list(alias) for alias in self.aliased_outputs]
@@ -129,17 +131,19 @@ class OpCost:
             self.temporary_bytes,
             self.persistent_bytes,
             aliases,
+            self.kernel_time,
         ]
 
     @classmethod
     def from_list(cls, values: Sequence[Any]) -> OpCost:
-        time_, sizes, temporary, persistent, aliases = values
+        time_, sizes, temporary, persistent, aliases, kernel = values
         return cls(
             float(time_),
             tuple(int(s) for s in sizes),
             int(temporary),
             int(persistent),
             tuple((int(slot), str(producer), int(source)) for slot, producer, source in aliases),
+            None if kernel is None else float(kernel),
         )
 
 
@@ -611,7 +615,9 @@ def _assemble(
         for op, traces in measured[b].traces.items():
             _, outputs, temporary = median_cost(traces)
             compute = measured[b].times[op][0]
-            per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), shared_aliases(traces))
+            kernel = statistics.median(trace.kernel_time for trace in traces)
+            aliases = shared_aliases(traces)
+            per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), aliases, kernel)
         if missing or partial:
             _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
         costs[b] = per_op

@@ -20,6 +20,7 @@ traces do not report keep their predictions, and so do the output slots they lea
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,7 @@ def measured_costs(
             temporary_bytes=temporary,
             persistent_bytes=guess.persistent_bytes,
             aliased_outputs=guess.aliased_outputs,
+            kernel_time=statistics.median(trace.kernel_time for trace in op_traces),
         )
     return costs, frozenset(traces)
 
@@ -165,6 +167,7 @@ def refine_costs(
             temporary_bytes=attrs["temporary_bytes"],
             persistent_bytes=attrs["persistent_bytes"],
             aliased_outputs=attrs.get("aliased_outputs", ()),
+            kernel_time=attrs.get("kernel_time"),
         )
         for op, attrs in estimated.nodes(data=True)
     }

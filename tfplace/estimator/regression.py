@@ -10,7 +10,7 @@ cost graph's structure. No TensorFlow is needed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -158,6 +158,9 @@ class OpCostRegression:
         Each op's persistent bytes.
     aliased_outputs_ : dict of str to tuple of (int, str, int)
         Each op's output slots that were an input's buffer at every profiled batch size.
+    kernel_share_ : dict of str to float or None
+        The median over the batch sizes of the part of each op's time its kernels ran (its
+        predicted ``kernel_time`` is that part of its predicted time); ``None`` when not measured.
 
     Examples
     --------
@@ -206,6 +209,7 @@ class OpCostRegression:
         self.output_coef_ = {op: self._fit_outputs(x, row) for op, row in zip(ops, per_batch)}
         self.persistent_bytes_ = np.array([row[-1].persistent_bytes for row in per_batch], dtype=np.int64)
         self.aliased_outputs_ = {op: shared_aliases(row) for op, row in zip(ops, per_batch)}
+        self.kernel_share_ = {op: _kernel_share(row) for op, row in zip(ops, per_batch)}
         self.ops_ = ops
         self.batch_sizes_ = x
         return self
@@ -275,9 +279,21 @@ class OpCostRegression:
                 temporary_bytes=int(temporary[i]),
                 persistent_bytes=int(self.persistent_bytes_[i]),
                 aliased_outputs=self.aliased_outputs_[op],
+                kernel_time=_share_of(self.kernel_share_[op], float(times[i])),
             )
             for i, op in enumerate(self.ops_)
         }
+
+
+def _kernel_share(costs: Sequence[OpCost]) -> float | None:
+    """The median over ``costs`` (one op's, per batch size) of ``kernel_time / compute_time``."""
+    shares = [cost.kernel_time / cost.compute_time for cost in costs if cost.kernel_time is not None]
+    return float(np.median(np.minimum(shares, 1.0))) if len(shares) == len(costs) else None
+
+
+def _share_of(share: float | None, seconds: float) -> float | None:
+    """``share`` of ``seconds`` (``None`` when the share is)."""
+    return None if share is None else share * seconds
 
 
 def _bytes(coef: np.ndarray, batch_size: float) -> np.ndarray:
@@ -321,6 +337,7 @@ def fill_cost_graph(
             output_sizes=tuple(int(s) for s in cost.output_sizes),
             temporary_bytes=int(cost.temporary_bytes),
             aliased_outputs=_carried_aliases(filled, op, cost.aliased_outputs),
+            kernel_time=cost.kernel_time,
         )
         shapes = attrs.get("output_shapes")
         if shapes is not None and len(shapes) != len(attrs["output_sizes"]):
