@@ -431,18 +431,18 @@ class SideBySideProfile:
         self.wall.append(time.perf_counter() - start)
         self.traces.append(collect_op_traces(metadata, self.ops))
 
-    def times(self) -> dict[str, tuple[float, float]]:
-        """Each op's compute time by the profiler's statistic over the kept steps, and its kernel
-        time (the median, as the profiler records it)."""
+    def compute_times(self) -> dict[str, float]:
+        """Each op's compute time by the profiler's statistic over the kept steps. (The kernel
+        times that decide the steady state's inline set stay the first profile's, measured in
+        consecutive traced steps as the profiler takes them: interleaved with other sessions' steps,
+        the NMT's ``gradients/AddN_27`` crossed TensorFlow's 3.1 us threshold and the steady peak
+        came out 3.99 MB instead of 4.87.)"""
         from tfplace.estimator.profiler import time_statistics
         from tfplace.estimator.statistics import RepeatPolicy, kept_steps
 
         policy = RepeatPolicy()
         kept = [self.traces[i] for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
-        return {
-            op: (seconds, statistics.median(step[op].kernel_time for step in kept if op in step))
-            for op, (seconds, _) in time_statistics(kept, policy).items()
-        }
+        return {op: seconds for op, (seconds, _) in time_statistics(kept, policy).items()}
 
 
 def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:
@@ -463,17 +463,16 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     return SideBySideProfile(session, spec.train_op, feeds, ops)
 
 
-def with_times(cost_graph, times: dict[str, tuple[float, float]]):
-    """A copy of ``cost_graph`` whose ops measured in ``times`` take those seconds (compute time,
-    kernel time); its ops' summed compute time over theirs before, minus one: how far the machine
-    moved between the two profiles."""
+def with_compute_times(cost_graph, times: dict[str, float]):
+    """A copy of ``cost_graph`` whose ops measured in ``times`` take those seconds; its ops' summed
+    time over theirs before, minus one: how far the machine moved between the two profiles."""
     graph = cost_graph.copy()
     before = after = 0.0
-    for op, (seconds, kernel) in times.items():
+    for op, seconds in times.items():
         if op in graph:
             before += graph.nodes[op]["compute_time"]
             after += seconds
-            graph.nodes[op].update(compute_time=seconds, kernel_time=min(kernel, seconds))
+            graph.nodes[op]["compute_time"] = seconds
     return graph, after / before - 1 if before else 0.0
 
 
@@ -536,7 +535,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
                 allocator_peaks(spec, placement, trace) for trace in first_traces[2 * index : 2 * index + 2]
             ]
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
-    side_by_side, drift = with_times(estimate.cost_graph, profile.times())
+    side_by_side, drift = with_compute_times(estimate.cost_graph, profile.compute_times())
     simulated_on = calibration.step_costs(side_by_side, kind)
     simulated_on.set_transfer_model(devices.typical_link)
     cycles_per_second = cycle_counter_hz()
