@@ -378,20 +378,20 @@ def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, Any]:
 
 
 def interleaved_steps(
-    sessions: Sequence[Series], workers: Sequence[int], profile: SideBySideProfile
+    sessions: Sequence[Series], workers: Sequence[int], profile: SideBySideProfile | None = None
 ) -> tuple[int, list[Any]]:
     """Time the sessions' steps in rounds, one step of each per round, the order rotating from round
     to round: a busy spell of the machine slows every session a little rather than one a lot, and
     no session always runs after the same other one. Each session gets at least ``--steps`` and
-    ``--timed_seconds`` of steps (at most ``--max_steps``); ``profile`` takes ``--profile_steps``
-    traced steps spread evenly over the rounds. Returns the rounds run and each session's trace of
+    ``--timed_seconds`` of steps (at most ``--max_steps``); ``profile``, if given, takes
+    ``--profile_steps`` traced steps spread evenly over the rounds. Returns the rounds run and each session's trace of
     its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
     longest = max(seconds for seconds, _ in warmed)
     rounds = min(max(FLAGS.steps, math.ceil(FLAGS.timed_seconds / max(longest, 1e-6))), FLAGS.max_steps)
     every = max(1, rounds // max(FLAGS.profile_steps, 1))
     for index in range(rounds):
-        if index % every == 0 and len(profile.wall) < FLAGS.profile_steps:
+        if profile is not None and index % every == 0 and len(profile.wall) < FLAGS.profile_steps:
             profile.step()
         shift = index % len(sessions)
         for series in [*sessions[shift:], *sessions[:shift]]:
