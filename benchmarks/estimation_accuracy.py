@@ -81,6 +81,9 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float("lower_fraction", 0.1, "Fraction of the lowest times lower_mean averages.")
 flags.DEFINE_float("outlier_factor", 1.5, "Steps slower than this times the others' median are dropped.")
+flags.DEFINE_boolean(
+    "preemption", True, "Take out op times a preemption inflated (RepeatPolicy.preemption; module docstring)."
+)
 flags.DEFINE_float(
     "regime_tolerance", 0.5, "OpCostRegression's regime tolerance (1: fit every profiled batch size)."
 )
@@ -172,6 +175,7 @@ def measure(name: str) -> Any:
             statistic=FLAGS.statistic,
             lower_fraction=FLAGS.lower_fraction,
             outlier_factor=FLAGS.outlier_factor,
+            preemption=FLAGS.preemption,
         ),
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
     )
