@@ -173,27 +173,20 @@ def test_a_missing_observation_is_left_out_of_every_statistic():
 def test_in_a_step_with_one_preemption_only_the_op_that_took_the_wait_is_marked():
     """Two ops of 1 ms and 10 us, three steps; in the second the short op waited 3 ms."""
     times = np.array([[1.0e-3, 1.02e-3, 1.0e-3], [1e-5, 3.01e-3, 1e-5]])
-    marked = preempted_observations(times, [0, 1, 0], [0.0, 3e-3, 0.0], np.array([1e-3, 1e-5]))
-    assert marked.tolist() == [[False, False, False], [False, True, False]]
+    assert preempted_observations(times, [0, 1, 0]).tolist() == [[False, False, False], [False, True, False]]
 
 
-def test_an_op_shorter_than_the_wait_and_slower_than_usual_by_less_than_half_of_it_is_not_preempted():
-    times = np.array([[1.4e-3, 1.0e-3]])
-    marked = preempted_observations(times, [1, 0], [2e-3, 0.0], np.array([1e-3]))
-    assert not marked.any()
+def test_a_step_with_n_preemptions_marks_the_n_ops_furthest_over_their_fastest_run():
+    """The 4 ms op's excess over its fastest run (4 ms) beats the 9 ms op's (1 ms)."""
+    times = np.array([[4e-3, 8e-3], [9e-3, 10e-3], [1e-5, 3e-3], [1e-5, 1.1e-5]])
+    marked = preempted_observations(times, [0, 2])
+    assert marked[:, 1].tolist() == [True, False, True, False]
+    assert not marked[:, 0].any()
 
 
-def test_a_preemption_no_excess_shows_goes_to_the_longest_op_of_the_step():
-    """The 9 ms op's reference already includes a wait: the 10 us ops are clean."""
-    times = np.array([[1e-5], [9e-3], [1.1e-5]])
-    marked = preempted_observations(times, [1], [3e-3], np.array([1e-5, 9e-3, 1e-5]))
-    assert marked[:, 0].tolist() == [False, True, False]
-
-
-def test_a_step_with_n_preemptions_marks_at_most_the_n_ops_with_the_largest_excess():
-    times = np.array([[4e-3], [3e-3], [6e-3], [1e-5]])
-    marked = preempted_observations(times, [2], [6e-3], np.full(4, 1e-5))
-    assert marked[:, 0].tolist() == [True, False, True, False]
+def test_an_op_never_slower_than_its_fastest_run_is_never_marked():
+    times = np.array([[2e-3, 2e-3], [1e-5, np.nan]])
+    assert not preempted_observations(times, [3, 3]).any()
 
 
 def test_without_preemption_the_lower_mean_of_a_rarely_clean_op_is_its_own_time():
@@ -202,20 +195,17 @@ def test_without_preemption_the_lower_mean_of_a_rarely_clean_op_is_its_own_time(
     generator = np.random.default_rng(5)
     steps = 30
     hit = np.arange(steps) >= 2
-    wait = generator.uniform(2e-3, 4e-3, size=steps) * hit
     own = 2e-3 * generator.uniform(1.0, 1.01, size=steps)
-    times = np.array([own + wait, np.full(steps, 1e-5)])
-    counts, waits = hit.astype(int).tolist(), wait.tolist()
-    cleaned = without_preemption(times, counts, waits, "lower_mean")
+    times = np.array([own + generator.uniform(2e-3, 4e-3, size=steps) * hit, np.full(steps, 1e-5)])
+    cleaned = without_preemption(times, hit.astype(int).tolist())
     assert location(cleaned, "lower_mean")[0] == pytest.approx(2e-3, rel=0.01)
     assert location(times, "lower_mean")[0] > 2.4e-3
     assert np.array_equal(cleaned[1], times[1])
 
 
-def test_an_op_preempted_in_every_step_keeps_its_times_less_the_mean_wait():
-    """An op longer than the scheduler's slice: no clean run, so each run loses its step's mean
-    wait per preemption instead of being dropped."""
+def test_an_op_preempted_in_every_step_keeps_its_fastest_run():
+    """An op longer than the thread's slice has no clean run: its least preempted one stays."""
     times = np.array([[9e-3, 10e-3, 9.5e-3], [1e-5, 1e-5, 1e-5]])
-    cleaned = without_preemption(times, [1, 1, 1], [3e-3, 4e-3, 3.5e-3], "lower_mean")
-    assert cleaned[0].tolist() == pytest.approx([6e-3, 6e-3, 6e-3])
-    assert cleaned[1].tolist() == times[1].tolist()
+    cleaned = without_preemption(times, [1, 1, 1])
+    assert cleaned[0, 0] == 9e-3 and np.isnan(cleaned[0, 1:]).all()
+    assert np.array_equal(cleaned[1], times[1])

@@ -72,7 +72,7 @@ from tfplace.estimator.statistics import (
     weighted_relative_error,
     without_preemption,
 )
-from tfplace.estimator.thread_accounting import Preemption, preemption_between, tensorflow_threads
+from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
 from tfplace.tf_graph.fetches import (
     as_graph,
     element_name,
@@ -347,13 +347,13 @@ def median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]
 def time_statistics(
     steps: Sequence[Mapping[str, OpTrace]],
     policy: RepeatPolicy,
-    preemptions: Sequence[Preemption] | None = None,
+    preemptions: Sequence[int] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Per op, ``policy``'s statistic of its compute time over ``steps`` (at least
     :data:`TIME_FLOOR`) and that statistic's error measured between the even- and the
     odd-numbered steps (:func:`~tfplace.estimator.statistics.split_half_error`).
 
-    ``preemptions`` (one per step: :mod:`tfplace.estimator.thread_accounting`) say how often the
+    ``preemptions`` (one count per step: :mod:`tfplace.estimator.thread_accounting`) say how often the
     thread running the ops was preempted in each step; with ``policy.preemption`` the observations
     they inflated are taken out first (:func:`~tfplace.estimator.statistics.without_preemption`).
     """
@@ -366,11 +366,7 @@ def time_statistics(
         for op, trace in step.items():
             matrix[row[op], column] = trace.compute_time
     if policy.preemption and preemptions is not None:
-        counts = [p.count for p in preemptions]
-        waits = [p.waiting for p in preemptions]
-        matrix = without_preemption(
-            matrix, counts, waits, policy.statistic, policy.trim, policy.lower_fraction
-        )
+        matrix = without_preemption(matrix, preemptions)
     times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
     errors = split_half_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
     return dict(zip(ops, zip(times.tolist(), errors.tolist())))
@@ -382,7 +378,7 @@ class _BatchSteps:
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
-    preemptions: list[Preemption] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)
 
     def statistics(self, policy: RepeatPolicy) -> dict[str, tuple[float, float]]:
         """:func:`time_statistics` over the kept steps."""
@@ -473,7 +469,7 @@ def _measure(
                     with filtered_native_stderr():
                         session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
                     steps[b].wall.append(time.perf_counter() - start)
-                    steps[b].preemptions.append(preemption_between(threads, tensorflow_threads()))
+                    steps[b].preemptions.append(preemptions_between(threads, tensorflow_threads()))
                     steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
                     if len(steps[b].wall) == 1:
                         _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)

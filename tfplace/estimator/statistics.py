@@ -45,9 +45,9 @@ turns the repeats into one time per op that resists both, and says how many repe
   milliseconds: an op shorter than a slice is usually clean and the lower tenth finds its clean
   runs, but one near or above a slice is preempted in most or all runs, more often at a larger
   batch (it runs longer), so its lowest tenth grows faster than the op and bends the regression.
-  Steps without preemptions count fully; in a step with ``n`` of them the ops with the largest
-  excess over their own statistic carry them (:func:`preempted_observations`) and are dropped,
-  or, for an op with almost no clean run, lose the step's mean wait per preemption;
+  Steps without preemptions count fully; in a step with ``n`` of them the ``n`` ops with the
+  largest excess over their own fastest run carry them (:func:`preempted_observations`) and are
+  dropped;
 - :func:`weighted_relative_error`: the op times' errors summed over the times summed, the
   relative error of a step-time estimate made of them (ops weighted by their time);
   :meth:`RepeatPolicy.done` stops the repeats once it is below ``target_error`` at every batch size
@@ -67,7 +67,6 @@ import numpy as np
 
 __all__ = [
     "HALF_DIFFERENCE_TO_ERROR",
-    "MIN_CLEAN",
     "STEPS_PER_MINIMUM",
     "RepeatPolicy",
     "Statistic",
@@ -88,10 +87,6 @@ of the whole sample's mean for normal data (1.2533): see :func:`split_half_error
 
 STEPS_PER_MINIMUM = 2
 """Without a ``max_steps``, a batch size gets at most this many times the fewest traced steps."""
-
-MIN_CLEAN = 2
-"""An op keeps its preempted observations (less the wait) when fewer clean ones than this remain:
-the lower mean averages at least two values, the split-half error needs one in each half."""
 
 
 @dataclass(frozen=True)
@@ -244,67 +239,36 @@ def split_half_error(
     return np.nan_to_num(HALF_DIFFERENCE_TO_ERROR * np.abs(even - odd) / 2)
 
 
-def preempted_observations(
-    times: np.ndarray, counts: Sequence[int], waits: Sequence[float], reference: np.ndarray
-) -> np.ndarray:
+def preempted_observations(times: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     """Which of ``times`` (ops x steps; NaN where an op did not run) a preemption inflated.
 
-    In step ``s`` the thread running the ops was preempted ``counts[s]`` times and waited
-    ``waits[s]`` seconds on the runqueue in all (:mod:`tfplace.estimator.thread_accounting`); each
-    preemption added its wait, on average ``w = waits[s] / counts[s]``, to the op that was running.
-    First the ops whose excess over their ``reference`` time is largest, and at least ``w / 2``,
-    are preempted. A preemption no excess shows hit an op whose reference includes waits itself,
-    one longer than the scheduler's slice and so preempted in nearly every step: the rest of the
-    count goes to the longest other ops of the step that took at least ``w``. An op holds one
-    preemption here (one of several slices' length holds more: its time is then corrected by one
-    wait, an underestimate of what to take out, never an overestimate).
+    In step ``s`` the thread running the ops was preempted ``counts[s]`` times
+    (:mod:`tfplace.estimator.thread_accounting`); each preemption added its wait on the runqueue,
+    milliseconds, to the op that was running. The ``counts[s]`` ops of the step that took longest
+    over their own fastest run (a preemption only adds time: the fastest run is the least
+    disturbed) are taken as the preempted ones. A preemption that fell between two ops, in the
+    executor's own work, then marks an op that was merely slower than its fastest run: that
+    drops one of its slower runs, which the lower statistics do not use anyway.
     """
-    excess = times - np.asarray(reference, dtype=float)[:, None]
+    excess = times - np.fmin.reduce(times, axis=-1)[:, None]
     marked = np.zeros(times.shape, dtype=bool)
-    for step, (count, wait) in enumerate(zip(counts, waits)):
-        if count <= 0 or wait <= 0:
-            continue
-        mean_wait = wait / count
+    for step, count in enumerate(counts):
         column = np.nan_to_num(excess[:, step], nan=-np.inf)
-        candidates = np.flatnonzero(column >= 0.5 * mean_wait)
-        found = candidates[np.argsort(-column[candidates], kind="stable")[:count]]
-        marked[found, step] = True
-        duration = np.nan_to_num(times[:, step], nan=-np.inf)
-        duration[found] = -np.inf
-        long_enough = np.flatnonzero(duration >= mean_wait)
-        longest = long_enough[np.argsort(-duration[long_enough], kind="stable")[: count - len(found)]]
-        marked[longest, step] = True
+        slower = np.flatnonzero(column > 0)
+        marked[slower[np.argsort(-column[slower], kind="stable")[: max(count, 0)]], step] = True
     return marked
 
 
-def without_preemption(
-    times: np.ndarray,
-    counts: Sequence[int],
-    waits: Sequence[float],
-    statistic: Statistic,
-    trim: float = 0.25,
-    lower_fraction: float = 0.1,
-) -> np.ndarray:
-    """``times`` (ops x steps) with the observations a preemption inflated taken out.
+def without_preemption(times: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """``times`` (ops x steps) with the observations a preemption inflated
+    (:func:`preempted_observations`) made NaN, so that a statistic is over the clean steps only.
 
-    The preempted observations (:func:`preempted_observations`) become NaN, so the statistic is over
-    the clean steps only; an op left with fewer than :data:`MIN_CLEAN` clean observations (one
-    longer than the scheduler's slice, preempted nearly every time) keeps its preempted ones less
-    the step's mean wait per preemption instead. Steps without preemptions count fully. The
-    references the excesses are measured against are each op's statistic over its observations,
-    then over what this function made of them (twice).
+    Steps without preemptions count fully. An op's fastest run is never marked, so every op keeps
+    an observation; one preempted in every step (longer than the scheduler gives the thread at a
+    time) keeps its least preempted runs.
     """
     times = np.asarray(times, dtype=float)
-    mean_wait = np.array([wait / count if count > 0 else 0.0 for count, wait in zip(counts, waits)])
-    result = times
-    for _ in range(3):
-        reference = location(result, statistic, trim, lower_fraction)
-        marked = preempted_observations(times, counts, waits, reference)
-        clean = np.where(marked, np.nan, times)
-        few = np.sum(~np.isnan(clean), axis=-1) < MIN_CLEAN
-        corrected = np.where(marked, np.maximum(times - mean_wait[None, :], 0.0), times)
-        result = np.where(few[:, None], corrected, clean)
-    return result
+    return np.where(preempted_observations(times, counts), np.nan, times)
 
 
 def weighted_relative_error(locations: np.ndarray, errors: np.ndarray) -> float:

@@ -3,12 +3,14 @@
 On a machine whose cores other processes also want, the thread that runs the ops gets the core in
 slices; an op that is running when its slice ends waits on the runqueue until the thread gets a
 core again, and the trace counts that wait as the op's time. Linux keeps, per thread, the
-nanoseconds it spent on a CPU and waiting on a runqueue (``/proc/<pid>/task/<tid>/schedstat``: on
-CPU, waiting, timeslices; see the kernel's ``Documentation/scheduler/sched-stats.rst``) and how
-often it was switched out while it still wanted to run (``nonvoluntary_ctxt_switches`` in
+nanoseconds it spent on a CPU (``/proc/<pid>/task/<tid>/schedstat``: on CPU, waiting on a
+runqueue, timeslices; see the kernel's ``Documentation/scheduler/sched-stats.rst``) and how often
+it was switched out while it still wanted to run (``nonvoluntary_ctxt_switches`` in
 ``/proc/<pid>/task/<tid>/status``). Read around a traced step, they say how many preemptions the
-step's ops could have suffered and how long they waited in all
-(:func:`~tfplace.estimator.statistics.preempted_observations` tells which ops).
+step's ops could have suffered (:func:`~tfplace.estimator.statistics.preempted_observations`
+tells which ops). What a preemption costs varies too much to subtract it: on this machine under
+load, one step's mean wait per preemption was 12 ms while a 4 ms op preempted once took 4 ms
+more, so preempted runs are dropped, not corrected.
 
 The threads read are TensorFlow's own (their names start with ``tf_``: the executor's inter-op
 pool ``tf_Compute``, intra-op pools): with one inter-op and one intra-op thread the ops of a step
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Preemption", "ThreadTimes", "preemption_between", "tensorflow_threads"]
+__all__ = ["ThreadTimes", "preemptions_between", "tensorflow_threads"]
 
 _TASKS = Path("/proc/self/task")
 
@@ -36,26 +38,14 @@ class ThreadTimes:
 
     running_ns: int
     """Nanoseconds on a CPU."""
-    waiting_ns: int
-    """Nanoseconds runnable but waiting on a runqueue."""
     preemptions: int
     """Times it was switched out while it wanted to run (nonvoluntary context switches)."""
-
-
-@dataclass(frozen=True)
-class Preemption:
-    """What the scheduler did to the op-running threads between two readings."""
-
-    count: int
-    """Preemptions (nonvoluntary context switches), summed over the threads."""
-    waiting: float
-    """Seconds they waited on a runqueue, summed over the threads."""
 
 
 def _read_thread(task: Path) -> ThreadTimes | None:
     """``task``'s accounting, or None when the thread ended or the files do not exist."""
     try:
-        running, waiting, _slices = (int(v) for v in (task / "schedstat").read_text().split()[:3])
+        running = int((task / "schedstat").read_text().split()[0])
         status = (task / "status").read_text()
     except (OSError, ValueError):
         return None
@@ -67,7 +57,7 @@ def _read_thread(task: Path) -> ThreadTimes | None:
         ),
         0,
     )
-    return ThreadTimes(running, waiting, preemptions)
+    return ThreadTimes(running, preemptions)
 
 
 def tensorflow_threads(tasks: Path = _TASKS) -> dict[int, ThreadTimes]:
@@ -90,13 +80,11 @@ def tensorflow_threads(tasks: Path = _TASKS) -> dict[int, ThreadTimes]:
     return result
 
 
-def preemption_between(before: Mapping[int, ThreadTimes], after: Mapping[int, ThreadTimes]) -> Preemption:
-    """The preemptions and runqueue wait, between two readings, of the threads that ran in between
-    (spent time on a CPU); threads in only one reading are left out."""
-    count, waiting = 0, 0
-    for tid, end in after.items():
-        start = before.get(tid)
-        if start is not None and end.running_ns > start.running_ns:
-            count += end.preemptions - start.preemptions
-            waiting += end.waiting_ns - start.waiting_ns
-    return Preemption(count, waiting * 1e-9)
+def preemptions_between(before: Mapping[int, ThreadTimes], after: Mapping[int, ThreadTimes]) -> int:
+    """The preemptions, between two readings, of the threads that ran in between (spent time on a
+    CPU); threads in only one reading are left out."""
+    return sum(
+        end.preemptions - before[tid].preemptions
+        for tid, end in after.items()
+        if tid in before and end.running_ns > before[tid].running_ns
+    )
