@@ -407,7 +407,7 @@ class SideBySideProfile:
     profiler's session (the original graph, :func:`~tfplace.estimator.profiler.profiling_config`,
     the profiler's warm-up) in some of the timed rounds, reduced per op as the profiler reduces its
     repeats (:func:`~tfplace.estimator.profiler.time_statistics` of the steps
-    :func:`~tfplace.estimator.statistics.kept_steps` keeps).
+    :func:`~tfplace.estimator.statistics.kept_steps` keeps, preempted observations taken out).
 
     This VM's speed moves by up to a quarter over seconds while the load average stays below 1:
     the Transformer's untraced step had medians of 17.2 to 22.3 ms over 2-second windows of one
@@ -421,14 +421,19 @@ class SideBySideProfile:
     ops: frozenset[str]
     traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall: list[float] = dataclasses.field(default_factory=list)
+    preemptions: list[int] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
-        """One traced step, its op traces and wall-clock seconds kept."""
+        """One traced step, its op traces, wall-clock seconds and the preemptions of TensorFlow's
+        threads during it kept (:mod:`tfplace.estimator.thread_accounting`)."""
+        from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
 
+        threads = tensorflow_threads()
         start = time.perf_counter()
         metadata = traced_step(self)
         self.wall.append(time.perf_counter() - start)
+        self.preemptions.append(preemptions_between(threads, tensorflow_threads()))
         self.traces.append(collect_op_traces(metadata, self.ops))
 
     def compute_times(self) -> dict[str, float]:
@@ -441,8 +446,9 @@ class SideBySideProfile:
         from tfplace.estimator.statistics import RepeatPolicy, kept_steps
 
         policy = RepeatPolicy()
-        kept = [self.traces[i] for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
-        return {op: seconds for op, (seconds, _) in time_statistics(kept, policy).items()}
+        kept = [i for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
+        times = time_statistics([self.traces[i] for i in kept], policy, [self.preemptions[i] for i in kept])
+        return {op: seconds for op, (seconds, _) in times.items()}
 
 
 def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:

@@ -9,6 +9,7 @@ import pytest
 from tfplace.estimator import profiler
 from tfplace.estimator.perturb import PERTURB_VARIABLE, TEMPORARY_FACTORS, TIME_FACTORS, cost_factors
 from tfplace.estimator.profiler import TIME_FLOOR, RepeatPolicy, profile_graph
+from tfplace.estimator.thread_accounting import ThreadTimes
 from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
 pytestmark = pytest.mark.tensorflow
@@ -37,6 +38,58 @@ def dense_feeds(batch_size):
     return {"x:0": np.ones((batch_size, 4), np.float32), "labels": np.zeros(batch_size, np.int32)}
 
 
+class FakeScheduler:
+    """``tensorflow_threads`` for the profiler: one thread that runs in every traced step and is
+    preempted once in the steps listed (counted over every batch size, in the order run); the
+    profiler reads it before and after each traced step."""
+
+    def __init__(self, preempted=()):
+        self.preempted = set(preempted)
+        self.readings = 0
+
+    def __call__(self):
+        step, after = divmod(self.readings, 2)
+        self.readings += 1
+        count = sum(1 for k in self.preempted if k < step or (k == step and after))
+        return {7: ThreadTimes(self.readings, count)}
+
+
+@pytest.fixture
+def quiet_scheduler(monkeypatch):
+    """No preemption seen, whatever else runs on the machine: tests of fake traces stay exact."""
+    monkeypatch.setattr(profiler, "tensorflow_threads", FakeScheduler())
+
+
+def test_an_op_time_a_preemption_inflated_is_left_out_of_its_statistic(monkeypatch, unperturbed):
+    """Five steps per batch size; in the third step run (batch 1's second) the thread was preempted
+    once and ``logits`` took 5 ms instead of 0.1 ms: the plain mean of its times leaves it out."""
+    step = itertools.count()
+
+    def fake_traces(metadata, names, inputs=None):
+        slow = next(step) == 2
+        return {
+            name: OpTrace(5e-3 if slow and name == "logits" else 1e-4, (8,), 8, 0, "/device:CPU:0", 1)
+            for name in names
+        }
+
+    graph, train = dense_graph()
+    means = {}
+    for accounting in (True, False):
+        step = itertools.count()
+        monkeypatch.setattr(profiler, "collect_op_traces", fake_traces)
+        monkeypatch.setattr(profiler, "tensorflow_threads", FakeScheduler(preempted=[2]))
+        policy = RepeatPolicy(
+            max_steps=5, statistic="trimmed_mean", trim=0.0, outlier_factor=math.inf, preemption=accounting
+        )
+        result = profile_graph(
+            graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5, repeats=policy
+        )
+        means[accounting] = result.costs[1]["logits"].compute_time
+        assert result.costs[2]["logits"].compute_time == pytest.approx(1e-4)
+    assert means[True] == pytest.approx(1e-4)
+    assert means[False] == pytest.approx((4 * 1e-4 + 5e-3) / 5)
+
+
 def test_every_op_of_the_step_is_profiled_at_every_batch_and_initializers_are_not():
     graph, train = dense_graph()
     result = profile_graph(graph, train, dense_feeds, **FAST)
@@ -53,7 +106,7 @@ def test_every_op_of_the_step_is_profiled_at_every_batch_and_initializers_are_no
     assert result.estimated_ops == ()
 
 
-def test_each_op_gets_the_median_over_the_traced_steps_when_asked(monkeypatch, unperturbed):
+def test_each_op_gets_the_median_over_the_traced_steps_when_asked(monkeypatch, unperturbed, quiet_scheduler):
     times = itertools.cycle([5e-6, 1e-6, 400e-6, 2e-6, 3e-6])
     sizes = itertools.cycle([8, 8, 8000, 8, 8])
 
@@ -92,7 +145,9 @@ class FakeClock:
         return self.now
 
 
-def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(monkeypatch, unperturbed):
+def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(
+    monkeypatch, unperturbed, quiet_scheduler
+):
     slow = 4  # batch 1's third step, in the order b1, b2, b1, b2, b1, ...
     calls = itertools.count()
 
@@ -114,7 +169,9 @@ def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(monkeypa
     assert result.step_times == {1: pytest.approx(0.1), 2: pytest.approx(0.1)}
 
 
-def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(monkeypatch, unperturbed):
+def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(
+    monkeypatch, unperturbed, quiet_scheduler
+):
     def steady(metadata, names, inputs=None):
         return {name: OpTrace(1e-5, (8,), 0, 0, "/device:CPU:0", 1) for name in names}
 
@@ -138,7 +195,7 @@ def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(monkeypat
     assert taken == {"steady": {1: 3, 2: 3}, "noisy": {1: 12, 2: 12}}
 
 
-def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed):
+def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed, quiet_scheduler):
     def zero_time(metadata, names, inputs=None):
         return {name: OpTrace(0.0, (), 0, 0, "/device:CPU:0", 1) for name in names}
 
@@ -148,7 +205,9 @@ def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed):
     assert {cost.compute_time for cost in result.costs[1].values()} == {TIME_FLOOR}
 
 
-def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(monkeypatch, unperturbed):
+def test_ops_no_trace_reports_get_nonzero_shape_based_estimates_and_are_listed(
+    monkeypatch, unperturbed, quiet_scheduler
+):
     def without_logits(metadata, names, inputs=None):
         traces = collect_op_traces(metadata, names, inputs)
         traces.pop("logits")

@@ -10,8 +10,10 @@ from tfplace.estimator.statistics import (
     interleaved_rounds,
     kept_steps,
     location,
+    preempted_observations,
     split_half_error,
     weighted_relative_error,
+    without_preemption,
 )
 
 
@@ -157,3 +159,53 @@ def test_a_bad_repeat_policy_is_refused_naming_the_field(fields, message):
 
 def test_the_policy_settings_are_json_ready_also_with_no_outlier_dropping():
     assert RepeatPolicy(outlier_factor=math.inf).settings()["outlier_factor"] == "inf"
+
+
+def test_a_missing_observation_is_left_out_of_every_statistic():
+    values = np.array([[10.0, np.nan, 12.0, 11.0], [np.nan, np.nan, np.nan, np.nan]])
+    assert location(values, "median")[0] == pytest.approx(11.0)
+    assert location(values, "trimmed_mean", 0.0)[0] == pytest.approx(11.0)
+    assert location(values, "lower_mean", lower_fraction=0.1)[0] == pytest.approx(10.5)
+    assert all(np.isnan(location(values, statistic)[1]) for statistic in ("median", "lower_mean"))
+    assert split_half_error(values, "lower_mean")[1] == 0.0
+
+
+def test_in_a_step_with_one_preemption_only_the_op_that_took_the_wait_is_marked():
+    """Two ops of 1 ms and 10 us, three steps; in the second the short op waited 3 ms."""
+    times = np.array([[1.0e-3, 1.02e-3, 1.0e-3], [1e-5, 3.01e-3, 1e-5]])
+    assert preempted_observations(times, [0, 1, 0]).tolist() == [[False, False, False], [False, True, False]]
+
+
+def test_a_step_with_n_preemptions_marks_the_n_ops_furthest_over_their_fastest_run():
+    """The 4 ms op's excess over its fastest run (4 ms) beats the 9 ms op's (1 ms)."""
+    times = np.array([[4e-3, 8e-3], [9e-3, 10e-3], [1e-5, 3e-3], [1e-5, 1.1e-5]])
+    marked = preempted_observations(times, [0, 2])
+    assert marked[:, 1].tolist() == [True, False, True, False]
+    assert not marked[:, 0].any()
+
+
+def test_an_op_never_slower_than_its_fastest_run_is_never_marked():
+    times = np.array([[2e-3, 2e-3], [1e-5, np.nan]])
+    assert not preempted_observations(times, [3, 3]).any()
+
+
+def test_without_preemption_the_lower_mean_of_a_rarely_clean_op_is_its_own_time():
+    """An op of 2 ms preempted in 28 of 30 steps by waits of 2-4 ms: the lowest tenth of its times
+    (three) mixes in a preempted run; the steps' accounting takes them out."""
+    generator = np.random.default_rng(5)
+    steps = 30
+    hit = np.arange(steps) >= 2
+    own = 2e-3 * generator.uniform(1.0, 1.01, size=steps)
+    times = np.array([own + generator.uniform(2e-3, 4e-3, size=steps) * hit, np.full(steps, 1e-5)])
+    cleaned = without_preemption(times, hit.astype(int).tolist())
+    assert location(cleaned, "lower_mean")[0] == pytest.approx(2e-3, rel=0.01)
+    assert location(times, "lower_mean")[0] > 2.4e-3
+    assert np.array_equal(cleaned[1], times[1])
+
+
+def test_an_op_preempted_in_every_step_keeps_its_fastest_run():
+    """An op longer than the thread's slice has no clean run: its least preempted one stays."""
+    times = np.array([[9e-3, 10e-3, 9.5e-3], [1e-5, 1e-5, 1e-5]])
+    cleaned = without_preemption(times, [1, 1, 1])
+    assert cleaned[0, 0] == 9e-3 and np.isnan(cleaned[0, 1:]).all()
+    assert np.array_equal(cleaned[1], times[1])

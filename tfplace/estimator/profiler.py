@@ -15,7 +15,10 @@ Measurement choices (each documented where it is made):
   its ``Relu``; constant folding and CSE would remove ops) and gets its own measurement;
 - repeats (:mod:`tfplace.estimator.statistics`, :class:`RepeatPolicy`): the traced steps are
   taken in turns across the batch sizes (a slow phase of the machine then affects every batch
-  size, not one); a step much slower than the others at its batch size is dropped; per op the
+  size, not one); a step much slower than the others at its batch size is dropped; the op times
+  a preemption of TensorFlow's thread inflated are taken out, told by the scheduler's accounting
+  read around each step (:mod:`tfplace.estimator.thread_accounting`,
+  :func:`~tfplace.estimator.statistics.without_preemption`); per op the
   mean of the lowest tenth of the kept steps' times (preemption only adds time; or a trimmed mean
   or the median), with its error measured between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
@@ -67,7 +70,9 @@ from tfplace.estimator.statistics import (
     location,
     split_half_error,
     weighted_relative_error,
+    without_preemption,
 )
+from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
 from tfplace.tf_graph.fetches import (
     as_graph,
     element_name,
@@ -96,14 +101,16 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 7
+_PROFILE_FORMAT = 8
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
 passed on. 4: it is the most those nodes held at once, not the sum over the iterations. 5: times are a
 robust statistic over a number of steps chosen by their spread, with their standard errors and the
 steps kept and taken. 6: the errors (and so the number of steps) are measured between the even- and
-the odd-numbered steps. 7: costs record the time of the op's kernels alone."""
+the odd-numbered steps. 7: costs record the time of the op's kernels alone. 8: observations a
+preemption of the op-running thread inflated are taken out
+(:func:`~tfplace.estimator.statistics.without_preemption`)."""
 
 
 @dataclass(frozen=True)
@@ -343,25 +350,31 @@ def median_cost(traces: Sequence[OpTrace]) -> tuple[float, tuple[int, ...], int]
 
 
 def time_statistics(
-    steps: Sequence[Mapping[str, OpTrace]], policy: RepeatPolicy
+    steps: Sequence[Mapping[str, OpTrace]],
+    policy: RepeatPolicy,
+    preemptions: Sequence[int] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Per op, ``policy``'s statistic of its compute time over ``steps`` (at least
     :data:`TIME_FLOOR`) and that statistic's error measured between the even- and the
-    odd-numbered steps (:func:`~tfplace.estimator.statistics.split_half_error`)."""
-    by_op: dict[str, list[float]] = {}
-    for step in steps:
+    odd-numbered steps (:func:`~tfplace.estimator.statistics.split_half_error`).
+
+    ``preemptions`` (one count per step: :mod:`tfplace.estimator.thread_accounting`) say how often the
+    thread running the ops was preempted in each step; with ``policy.preemption`` the observations
+    they inflated are taken out first (:func:`~tfplace.estimator.statistics.without_preemption`).
+    """
+    ops = sorted({op for step in steps for op in step})
+    if not ops:
+        return {}
+    row = {op: i for i, op in enumerate(ops)}
+    matrix = np.full((len(ops), len(steps)), np.nan)
+    for column, step in enumerate(steps):
         for op, trace in step.items():
-            by_op.setdefault(op, []).append(trace.compute_time)
-    by_count: dict[int, list[str]] = {}
-    for op, values in by_op.items():
-        by_count.setdefault(len(values), []).append(op)
-    result: dict[str, tuple[float, float]] = {}
-    for ops in by_count.values():
-        matrix = np.array([by_op[op] for op in ops])
-        times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
-        errors = split_half_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
-        result.update(zip(ops, zip(times.tolist(), errors.tolist())))
-    return result
+            matrix[row[op], column] = trace.compute_time
+    if policy.preemption and preemptions is not None:
+        matrix = without_preemption(matrix, preemptions)
+    times = np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR)
+    errors = split_half_error(matrix, policy.statistic, policy.trim, policy.lower_fraction)
+    return dict(zip(ops, zip(times.tolist(), errors.tolist())))
 
 
 @dataclass
@@ -370,6 +383,12 @@ class _BatchSteps:
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)
+
+    def statistics(self, policy: RepeatPolicy) -> dict[str, tuple[float, float]]:
+        """:func:`time_statistics` over the kept steps."""
+        kept = self.kept(policy)
+        return time_statistics([self.traces[i] for i in kept], policy, [self.preemptions[i] for i in kept])
 
     def kept(self, policy: RepeatPolicy) -> list[int]:
         """Indices of the steps that are not outliers (:func:`~tfplace.estimator.statistics.kept_steps`)."""
@@ -378,7 +397,7 @@ class _BatchSteps:
     def relative_error(self, policy: RepeatPolicy) -> tuple[int, float]:
         """Steps kept, and the time-weighted relative error of the op times over them."""
         kept = self.kept(policy)
-        stats = np.array(list(time_statistics([self.traces[i] for i in kept], policy).values()))
+        stats = np.array(list(self.statistics(policy).values()))
         if not stats.size:
             return len(kept), 0.0
         return len(kept), weighted_relative_error(stats[:, 0], stats[:, 1])
@@ -402,7 +421,7 @@ def _summarize(steps: _BatchSteps, policy: RepeatPolicy) -> _BatchMeasurement:
             traces.setdefault(op, []).append(trace)
     return _BatchMeasurement(
         traces=traces,
-        times=time_statistics([steps.traces[i] for i in kept], policy),
+        times=steps.statistics(policy),
         step_time=statistics.median(steps.wall[i] for i in kept),
         kept=len(kept),
         taken=len(steps.wall),
@@ -450,10 +469,12 @@ def _measure(
             while not all(done.values()):
                 for b in interleaved_rounds(list(feeds), done):
                     metadata = tf.compat.v1.RunMetadata()
+                    threads = tensorflow_threads()
                     start = time.perf_counter()
                     with filtered_native_stderr():
                         session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
                     steps[b].wall.append(time.perf_counter() - start)
+                    steps[b].preemptions.append(preemptions_between(threads, tensorflow_threads()))
                     steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
                     if len(steps[b].wall) == 1:
                         _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)

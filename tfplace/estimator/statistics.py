@@ -38,6 +38,16 @@ turns the repeats into one time per op that resists both, and says how many repe
   spun: 1.4% and 76%, the sessions 11.6%), while the two sessions differed by 5.3-18% weighted
   by time. What remains between sessions (a few percent on ops that do not depend on the batch)
   no number of steps in one session removes;
+- :func:`without_preemption`: before the statistic, the observations a preemption inflated are
+  taken out, by the scheduler's accounting of the thread that ran the ops, read around each step
+  (:mod:`tfplace.estimator.thread_accounting`: preemptions and nanoseconds waited on the
+  runqueue). With another process on every core the thread gets a core in slices of a few
+  milliseconds: an op shorter than a slice is usually clean and the lower tenth finds its clean
+  runs, but one near or above a slice is preempted in most or all runs, more often at a larger
+  batch (it runs longer), so its lowest tenth grows faster than the op and bends the regression.
+  Steps without preemptions count fully; in a step with ``n`` of them the ``n`` ops with the
+  largest excess over their own fastest run carry them (:func:`preempted_observations`) and are
+  dropped;
 - :func:`weighted_relative_error`: the op times' errors summed over the times summed, the
   relative error of a step-time estimate made of them (ops weighted by their time);
   :meth:`RepeatPolicy.done` stops the repeats once it is below ``target_error`` at every batch size
@@ -63,8 +73,10 @@ __all__ = [
     "interleaved_rounds",
     "kept_steps",
     "location",
+    "preempted_observations",
     "split_half_error",
     "weighted_relative_error",
+    "without_preemption",
 ]
 
 Statistic = Literal["lower_mean", "trimmed_mean", "median"]
@@ -99,6 +111,10 @@ class RepeatPolicy:
     outlier_factor : float
         A step slower than this times the median of the other steps at its batch size is dropped
         (:func:`kept_steps`); ``math.inf`` keeps every step.
+    preemption : bool
+        Take out the observations a preemption of the op-running thread inflated, by the
+        scheduler's accounting read around each step (:func:`without_preemption`); False keeps
+        every observation.
     """
 
     max_steps: int | None = None
@@ -107,6 +123,7 @@ class RepeatPolicy:
     trim: float = 0.25
     lower_fraction: float = 0.1
     outlier_factor: float = 1.5
+    preemption: bool = True
 
     def __post_init__(self) -> None:
         if self.statistic not in ("lower_mean", "trimmed_mean", "median"):
@@ -165,24 +182,40 @@ def kept_steps(wall_times: Sequence[float], outlier_factor: float) -> list[bool]
     return keep
 
 
-def _cuts(n: int, statistic: Statistic, trim: float, lower_fraction: float) -> tuple[int, int]:
-    """How many of ``n`` sorted values the statistic cuts at the low and at the high end."""
+def _cuts(
+    counts: np.ndarray, statistic: Statistic, trim: float, lower_fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """How many of each row's ``counts`` sorted values the statistic cuts at the low and the high end."""
     if statistic == "lower_mean":
-        kept = min(n, max(2, math.ceil(lower_fraction * n)))
-        return 0, n - kept
-    cut = math.floor(trim * n)
+        kept = np.minimum(counts, np.maximum(2, np.ceil(lower_fraction * counts).astype(int)))
+        return np.zeros_like(counts), counts - kept
+    cut = np.floor(trim * counts).astype(int)
     return cut, cut
 
 
 def location(
     values: np.ndarray, statistic: Statistic, trim: float = 0.25, lower_fraction: float = 0.1
 ) -> np.ndarray:
-    """The statistic along the last axis of ``values`` (ops x steps); see the module docstring."""
+    """The statistic along the last axis of ``values`` (ops x steps); see the module docstring.
+
+    NaN marks an observation that is not there (the op did not run in that step, or the step's
+    preemption inflated it: :func:`without_preemption`); each row's statistic is over its other
+    values, NaN for a row without any.
+    """
+    values = np.asarray(values, dtype=float)
+    counts = np.sum(~np.isnan(values), axis=-1)
     if statistic == "median":
-        return np.median(values, axis=-1)
-    n = values.shape[-1]
-    low, high = _cuts(n, statistic, trim, lower_fraction)
-    return np.sort(values, axis=-1)[..., low : n - high].mean(axis=-1)
+        middle = np.sort(values, axis=-1)
+        upper = np.take_along_axis(middle, np.expand_dims(np.maximum(counts // 2, 0), -1), -1)[..., 0]
+        lower = np.take_along_axis(middle, np.expand_dims(np.maximum((counts - 1) // 2, 0), -1), -1)[..., 0]
+        return np.where(counts > 0, (upper + lower) / 2, np.nan)
+    low, high = _cuts(counts, statistic, trim, lower_fraction)
+    ordered = np.nan_to_num(np.sort(values, axis=-1))
+    prefix = np.concatenate([np.zeros((*ordered.shape[:-1], 1)), np.cumsum(ordered, axis=-1)], axis=-1)
+    end = np.take_along_axis(prefix, np.expand_dims(counts - high, -1), -1)[..., 0]
+    start = np.take_along_axis(prefix, np.expand_dims(low, -1), -1)[..., 0]
+    taken = counts - high - low
+    return np.where(taken > 0, (end - start) / np.maximum(taken, 1), np.nan)
 
 
 def split_half_error(
@@ -197,13 +230,45 @@ def split_half_error(
     has twice its standard deviation, and a normal law's mean absolute value is ``sqrt(2 / pi)``
     of it). Nothing is assumed about the law of the repeats, so noise the statistic does not
     remove (an op whose fast runs are rare) shows, where textbook standard errors would not see
-    it. 0 with fewer than two repeats.
+    it. 0 with fewer than two repeats, or when a half has no value (NaN: dropped).
     """
     if values.shape[-1] < 2:
         return np.zeros(values.shape[:-1])
     even = location(values[..., 0::2], statistic, trim, lower_fraction)
     odd = location(values[..., 1::2], statistic, trim, lower_fraction)
-    return HALF_DIFFERENCE_TO_ERROR * np.abs(even - odd) / 2
+    return np.nan_to_num(HALF_DIFFERENCE_TO_ERROR * np.abs(even - odd) / 2)
+
+
+def preempted_observations(times: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """Which of ``times`` (ops x steps; NaN where an op did not run) a preemption inflated.
+
+    In step ``s`` the thread running the ops was preempted ``counts[s]`` times
+    (:mod:`tfplace.estimator.thread_accounting`); each preemption added its wait on the runqueue,
+    milliseconds, to the op that was running. The ``counts[s]`` ops of the step that took longest
+    over their own fastest run (a preemption only adds time: the fastest run is the least
+    disturbed) are taken as the preempted ones. A preemption that fell between two ops, in the
+    executor's own work, then marks an op that was merely slower than its fastest run: that
+    drops one of its slower runs, which the lower statistics do not use anyway.
+    """
+    excess = times - np.fmin.reduce(times, axis=-1)[:, None]
+    marked = np.zeros(times.shape, dtype=bool)
+    for step, count in enumerate(counts):
+        column = np.nan_to_num(excess[:, step], nan=-np.inf)
+        slower = np.flatnonzero(column > 0)
+        marked[slower[np.argsort(-column[slower], kind="stable")[: max(count, 0)]], step] = True
+    return marked
+
+
+def without_preemption(times: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """``times`` (ops x steps) with the observations a preemption inflated
+    (:func:`preempted_observations`) made NaN, so that a statistic is over the clean steps only.
+
+    Steps without preemptions count fully. An op's fastest run is never marked, so every op keeps
+    an observation; one preempted in every step (longer than the scheduler gives the thread at a
+    time) keeps its least preempted runs.
+    """
+    times = np.asarray(times, dtype=float)
+    return np.where(preempted_observations(times, counts), np.nan, times)
 
 
 def weighted_relative_error(locations: np.ndarray, errors: np.ndarray) -> float:
