@@ -58,7 +58,7 @@ def test_a_process_with_two_threads_runs_two_ready_ops_of_one_device_at_once():
     assert simulate(graph, [0, 0], cpus(1, host_threads=1, cores=2)).makespan == pytest.approx(2)
 
 
-def test_threads_beyond_the_machines_cores_share_them_and_end_no_sooner():
+def test_threads_beyond_the_machines_cores_run_nothing_more_at_once():
     assert simulate(
         independent("a", "b"), [0, 0], cpus(1, host_threads=2, cores=1)
     ).makespan == pytest.approx(2)

@@ -140,9 +140,8 @@ class DeviceSet:
         call to each worker, about 0.35 ms per worker on loopback gRPC here). ``0`` by default.
     cores : int
         Processors that all the devices share, when they are processes or virtual devices of one
-        machine (two loopback workers on a 2-core machine): when more ops and copies run than
-        this, they share the cores by time slices, each at ``cores / running`` speed
-        (:mod:`tfplace.simulator.engine`). ``0`` (the default) gives every device its own.
+        machine (two loopback workers on a 2-core machine): at most this many ops and copies run
+        at once (:mod:`tfplace.simulator.engine`). ``0`` (the default) gives every device its own.
     host_threads : int
         Ops that each host (a process) runs at once, shared by its devices: TensorFlow's inter-op
         thread pool, which the virtual CPUs of one process share and which lets one CPU device run

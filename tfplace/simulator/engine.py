@@ -42,11 +42,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    such tasks to the devices); the tensor arrives ``b - copy_b + (k - copy_k) * bytes`` after
    both have ended (the request's round trip and the wire, which hold neither device).
    With ``devices.cores`` set, all devices share that many processors (loopback workers of one
-   machine), as the operating system shares them between threads, by time slices: a task never
-   waits for a processor, and while ``r`` tasks run on ``c`` cores each progresses at
-   ``min(1, c / r)`` seconds of its work per second (processor sharing). A receive task then
-   starts with its send and holds no thread of its device (the receiving process deserializes
-   on its RPC threads while its executor runs ops). A device runs these copy tasks only when no op is
+   machine): an op and a send task also need an idle processor, and a receive task needs only
+   an idle processor, not its device (the receiving process deserializes on its RPC threads
+   while its executor runs ops). A device runs these copy tasks only when no op is
    ready on it, first come first served: TensorFlow's executor keeps running the ops it has
    ready, and the callbacks that serialize a requested tensor or take in a received one wait
    for its thread (seen in traces of one-thread workers: a worker serves the tensors a peer
@@ -79,9 +77,7 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
 
 The loop keeps a heap of events (op ends, transfer ends, message arrivals), a heap of ready ops
 per device and a heap of waiting transfers per route (sender, receiver), so each event costs
-``O(log n)`` plus the routes sharing a channel: 200,000 ops simulate in seconds. With shared
-cores, the running tasks are a heap by the work every running task will have done when each
-ends (all progress alike), so the next end is found in ``O(1)`` whatever the speed.
+``O(log n)`` plus the routes sharing a channel: 200,000 ops simulate in seconds.
 """
 
 from __future__ import annotations
@@ -374,18 +370,14 @@ class _Run:
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
         copy_order = itertools.count()  # copies run after every ready op, first come first served
         cores, threads = self.devices.cores, self.devices.host_threads
+        idle_cores = float(cores) if cores else math.inf
         count = len(self.devices.all_devices)
         hosts = [self.devices.host_of(d) for d in range(count)]
         host = [hosts.index(name) for name in hosts]  # a host's number: its first device's
         idle_threads = [float(threads) if threads else math.inf] * count  # indexed by host
         per_device = math.inf if threads else 1  # tasks a device runs at once
-        starved: set[int] = set()  # devices with a task ready but no idle thread of their host
-        # With shared cores, the running tasks (ops and copies) as (the work done on the cores when
-        # it ends, start order, event kind, op or transfer): all progress alike (processor sharing)
-        sharing: list[tuple[float, int, int, int]] = []
-        started = itertools.count()
-        work_done = 0.0  # seconds of work each task running since time 0 has done on the cores
-        op_record = [0] * n if record else []  # where an op's task is in self.op_tasks
+        starved: set[int] = set()  # devices with a task ready but no idle core
+        receptions: list[tuple[int, int]] = []  # receive tasks waiting for a core (shared cores)
         sent_at = [0.0] * len(on_devices)
         route_channels, channel_routes = plan.route_channels, plan.channel_routes
         queues: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
@@ -461,19 +453,15 @@ class _Run:
                     ready.append(v)
             schedule(ready, time, False)
 
-        def run(kind: int, x: int, work: float) -> None:
-            """Start a task of ``work`` seconds that ends with the event ``(kind, x)``: on its own
-            processor, or on the shared cores."""
-            if cores:
-                heappush(sharing, (work_done + work, next(started), kind, x))
-            else:
-                heappush(events, (now + work, kind, x))
-
-        def release_thread(device: int) -> None:
-            """A task of ``device`` ended: its slot and its host's thread are free again."""
-            running[device] -= 1
-            idle_threads[host[device]] += 1
-            ready_devices.add(device)
+        def release_core(device: int = -1) -> None:
+            """A task ended: its processor, and its device's slot and host thread (when it had
+            one), are free again."""
+            nonlocal idle_cores
+            idle_cores += 1
+            if device >= 0:
+                running[device] -= 1
+                idle_threads[host[device]] += 1
+                ready_devices.add(device)
             ready_devices.update(starved)
             starved.clear()
 
@@ -504,7 +492,7 @@ class _Run:
                     ready_devices.remove(d)
                 if running[d] >= per_device or not queues[d]:
                     continue
-                if not idle_threads[host[d]]:
+                if not idle_cores or not idle_threads[host[d]]:
                     starved.add(d)
                     continue
                 key, _, u = heappop(queues[d])
@@ -512,13 +500,14 @@ class _Run:
                     inline_waiting[d] -= 1
                 running[d] += 1
                 idle_threads[host[d]] -= 1
+                idle_cores -= 1
                 ready_devices.add(d)  # it may start another task at once
                 if u < n:
+                    end = now + compute[u]
                     allocate(d, footprint[u], now, u, "start")
-                    run(_OP_END, u, compute[u])
+                    heappush(events, (end, _OP_END, u))
                     if record:
-                        op_record[u] = len(self.op_tasks)
-                        self.op_tasks.append(OpTask(names[u], d, now, now))  # its end is set when it ends
+                        self.op_tasks.append(OpTask(names[u], d, now, end))
                     continue
                 t, receiving = divmod(u - n, 2)
                 if receiving:
@@ -528,13 +517,17 @@ class _Run:
                 sent_at[t] = now
                 moved += plan.nbytes[t]
                 seconds += duration[t] + delay[t]
-                run(_SEND_END, t, duration[t])
-                if cores:  # received on the receiver's RPC threads at once, beside its ops
-                    allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
-                    run(_RECEIVE_END, t, duration[t])
+                heappush(events, (now + duration[t], _SEND_END, t))
+                if cores:
+                    heappush(receptions, (next(copy_order), t))
                 else:
                     heappush(queues[plan.dst[t]], (math.inf, next(copy_order), u + 1))
                     ready_devices.add(plan.dst[t])
+            while receptions and idle_cores:
+                t = heappop(receptions)[1]
+                idle_cores -= 1
+                allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
+                heappush(events, (now + duration[t], _RECEIVE_END, t))
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
             while candidates:
@@ -556,27 +549,14 @@ class _Run:
                 seconds += duration[t] + delay[t]
                 if record:
                     self.transfer_tasks.append(self._transfer_task(t, now, end))
-            if not events and not sharing:
+            if not events:
                 return now, moved, seconds
-            then = events[0][0] if events else math.inf
-            if sharing:  # each of the running tasks gets cores / running of a processor, at most one
-                speed = min(1.0, cores / len(sharing))
-                first_end = now + (sharing[0][0] - work_done) / speed
-                if first_end <= then:
-                    then, work_done = first_end, sharing[0][0]
-                else:
-                    work_done += (then - now) * speed
-                while sharing and sharing[0][0] <= work_done:
-                    _, _, kind, x = heappop(sharing)
-                    heappush(events, (then, kind, x))
-            now = then
+            now = events[0][0]
             while events and events[0][0] <= now:
                 _, kind, x = heappop(events)
                 if kind == _OP_END:
                     d = placed[x]
-                    release_thread(d)
-                    if record:
-                        self.op_tasks[op_record[x]] = self.op_tasks[op_record[x]]._replace(end=now)
+                    release_core(d)
                     free(d, temporary[x], now)
                     base = slot_base[x]
                     for buffer in range(base, base + slot_counts[x]):
@@ -613,11 +593,11 @@ class _Run:
                     deliver(x, now)
                 elif kind in (_SEND_END, _RECEIVE_END):
                     if kind == _SEND_END:
-                        release_thread(plan.src[x])
+                        release_core(plan.src[x])
                         for buffer in plan.holds[x]:
                             release(buffer, now)
-                    elif not cores:  # with shared cores a receive task held no thread of its device
-                        release_thread(plan.dst[x])
+                    else:  # with shared cores a receive task held only a processor
+                        release_core(-1 if cores else plan.dst[x])
                     part_done(x, now)
                 else:
                     pending[x] -= 1
