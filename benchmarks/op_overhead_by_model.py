@@ -1,0 +1,126 @@
+"""The per-op overhead each model's real step needs, against the one ``tfplace calibrate`` stores.
+
+The CPU device model adds one calibrated number to every op's traced time
+(:attr:`tfplace.core.device_model.CpuProcessModel.op_overhead`, fitted on chains of small dense
+layers). This benchmark measures what each model's own step needs instead: for each small model of
+``benchmarks/fidelity.py`` (``MODEL_SIZES``) and for two of the calibration's chains
+(:func:`tfplace.estimator.calibration.op_chains`), in one fresh session under the profiler's
+config, ``--traced_steps`` consecutive ``FULL_TRACE`` steps (as the profiler takes them), then
+``--warmup_steps`` untraced steps into the executor's steady state and ``--steps`` timed ones. It
+prints, with the mean of the lowest tenth on both sides (the profiler's statistic,
+:func:`benchmarks.fidelity.step_statistic`):
+
+- the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,
+  what profiles store) and by the kernel's alone (``op_start_rel`` .. ``op_end_rel``);
+- per op, the untraced step minus the calibrated step overhead minus each sum, over the ops: the
+  per-op overhead that model's step would need; for the chains also the slope between the two.
+
+One number serves the models only where these agree. Run from the repository root, on a quiet
+machine, after ``tfplace calibrate``:
+
+    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from absl import app, flags
+
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, step_statistic
+
+flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
+flags.DEFINE_integer("traced_steps", 30, "Consecutive FULL_TRACE steps first.")
+# fidelity.py's flags --models, --calibration, --warmup_steps (untraced steps into the steady
+# state) and --steps (untraced timed steps) serve here too
+FLAGS.set_default("warmup_steps", 150)
+FLAGS.set_default("steps", 300)
+
+
+def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, float]:
+    """Untraced step and the traced ops' summed node and kernel times of one fresh session."""
+    import tensorflow as tf
+
+    from tfplace.estimator.profiler import profiling_config
+    from tfplace.tf_graph.step_stats import collect_op_traces
+
+    ops = frozenset(op.name for op in graph.get_operations())
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
+        if initializer is not None:
+            session.run(initializer)
+        for _ in range(2):  # the profiler's warm-up
+            session.run(fetch, feeds)
+        steps = []
+        for _ in range(FLAGS.traced_steps):
+            metadata = tf.compat.v1.RunMetadata()
+            session.run(fetch, feeds, options=options, run_metadata=metadata)
+            steps.append(collect_op_traces(metadata, ops))
+        for _ in range(FLAGS.warmup_steps):
+            session.run(fetch, feeds)
+        untraced = []
+        for _ in range(FLAGS.steps):
+            start = time.perf_counter()
+            session.run(fetch, feeds)
+            untraced.append(time.perf_counter() - start)
+    traced = sorted({op for step in steps for op in step})
+    node = [[step[op].compute_time for step in steps if op in step] for op in traced]
+    kernel = [[step[op].kernel_time for step in steps if op in step] for op in traced]
+    return {
+        "ops": len(traced),
+        "untraced": step_statistic(untraced),
+        "node": float(sum(step_statistic(times) for times in node)),
+        "kernel": float(sum(step_statistic(times) for times in kernel)),
+    }
+
+
+def per_op(row: dict[str, float], step_overhead: float, key: str) -> float:
+    """Seconds per op the untraced step needs beyond the ops' summed ``key`` times."""
+    return (row["untraced"] - step_overhead - row[key]) / row["ops"]
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    from models import build_model
+    from tfplace.core.device_model import CpuCalibration
+    from tfplace.estimator.calibration import op_chains
+
+    virtual = CpuCalibration.load(FLAGS.calibration).process("virtual")
+    rows: dict[str, dict[str, float]] = {}
+    for name in FLAGS.models:
+        knobs, batch = MODEL_SIZES[name]
+        spec = build_model(name, **knobs)
+        rows[name] = measure(spec.graph, spec.train_op, spec.init_op, spec.feed_fn(batch))
+    sizes = [int(ops) for ops in FLAGS.chains]
+    for ops, build in zip(sizes, op_chains(sizes)):
+        graph, fetch, initializer, feeds = build("/device:CPU:0")
+        rows[f"chain {ops}"] = measure(graph, fetch, initializer, feeds)
+    print(
+        f"calibrated: {virtual.op_overhead * 1e6:+.3f} us per op, {virtual.step_overhead * 1e3:.3f} ms per step "
+        f"({FLAGS.calibration}); load {os.getloadavg()[0]:.2f}"
+    )
+    print("step,ops,untraced ms,node times ms,kernel times ms,per op by node us,per op by kernel us")
+    for name, row in rows.items():
+        print(
+            f"{name},{row['ops']},{row['untraced'] * 1e3:.3f},{row['node'] * 1e3:.3f},{row['kernel'] * 1e3:.3f},"
+            f"{per_op(row, virtual.step_overhead, 'node') * 1e6:+.2f},"
+            f"{per_op(row, virtual.step_overhead, 'kernel') * 1e6:+.2f}"
+        )
+    if len(sizes) == 2:
+        short, long = (rows[f"chain {ops}"] for ops in sizes)
+        slopes = [
+            ((long["untraced"] - long[key]) - (short["untraced"] - short[key]))
+            / (long["ops"] - short["ops"])
+            * 1e6
+            for key in ("node", "kernel")
+        ]
+        print(
+            f"chains {sizes[0]} -> {sizes[1]}: per op by node {slopes[0]:+.2f} us, by kernel {slopes[1]:+.2f} us"
+        )
+
+
+if __name__ == "__main__":
+    app.run(main)
