@@ -499,10 +499,10 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     Every placement then runs in two sessions at once, all of them stepping in interleaved rounds
     (:func:`interleaved_steps`) beside the profiler's session taking its traced steps again
     (:class:`SideBySideProfile`): the rows are simulated on that side-by-side profile, whose sum of
-    op times over the first one's is ``profile_drift``. ``measured_s`` is the median step of both
-    sessions together and ``noise`` the difference of the two sessions' medians over it, the noise
-    floor of the row (the same placement measured twice), which a simulator's error below it cannot
-    be told from.
+    op times over the first one's is ``profile_drift``. ``measured_s`` is :func:`step_statistic` of
+    both sessions' steps together and ``noise`` the difference of the two sessions' statistics over
+    it, the noise floor of the row (the same placement measured twice), which a simulator's error
+    below it cannot be told from (:func:`finish_row`).
     """
     import contextlib
 

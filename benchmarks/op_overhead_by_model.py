@@ -30,7 +30,7 @@ from typing import Any
 
 from absl import app, flags
 
-from benchmarks.fidelity import FLAGS, MODEL_SIZES, step_statistic
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile, step_statistic
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
 flags.DEFINE_integer("traced_steps", 30, "Consecutive FULL_TRACE steps first.")
@@ -45,20 +45,17 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
-    from tfplace.tf_graph.step_stats import collect_op_traces
 
-    ops = frozenset(op.name for op in graph.get_operations())
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
         if initializer is not None:
             session.run(initializer)
         for _ in range(2):  # the profiler's warm-up
             session.run(fetch, feeds)
-        steps = []
+        profile = SideBySideProfile(
+            session, fetch, feeds, frozenset(op.name for op in graph.get_operations())
+        )
         for _ in range(FLAGS.traced_steps):
-            metadata = tf.compat.v1.RunMetadata()
-            session.run(fetch, feeds, options=options, run_metadata=metadata)
-            steps.append(collect_op_traces(metadata, ops))
+            profile.step()
         for _ in range(FLAGS.warmup_steps):
             session.run(fetch, feeds)
         untraced = []
@@ -66,6 +63,7 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
             start = time.perf_counter()
             session.run(fetch, feeds)
             untraced.append(time.perf_counter() - start)
+    steps = profile.traces
     traced = sorted({op for step in steps for op in step})
     node = [[step[op].compute_time for step in steps if op in step] for op in traced]
     kernel = [[step[op].kernel_time for step in steps if op in step] for op in traced]
