@@ -139,3 +139,30 @@ def test_the_per_op_overhead_is_the_median_of_fits_in_fresh_sessions_and_returns
     assert op_overhead == statistics.median(fits) and step_overhead >= 0
     with pytest.raises(ValueError, match="fits must be at least 1"):
         calibrate_op_overhead(ops=(30, 60), repeats=2, fits=0)
+
+
+class ClockedSession:
+    """A session whose steps take the seconds given, one after the other, on its own clock."""
+
+    def __init__(self, seconds):
+        self.seconds = list(seconds)
+        self.runs = 0
+        self.clock = 0.0
+
+    def now(self):
+        return self.clock
+
+    def run(self, fetch, feeds=None):
+        self.clock += self.seconds[self.runs]
+        self.runs += 1
+
+
+def test_untraced_steps_are_timed_back_to_back_after_one_untimed_step_of_their_own_graph(monkeypatch):
+    from tfplace.estimator import calibration
+
+    session = ClockedSession([5.0, 2.0, 1.0])  # the first step follows another graph's: slow
+    monkeypatch.setattr(calibration.time, "perf_counter", session.now)
+    assert calibration.back_to_back_seconds(session, "train", steps=2) == 1.0
+    assert session.runs == 3
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        calibration.back_to_back_seconds(session, "train", steps=0)
