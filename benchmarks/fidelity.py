@@ -91,6 +91,12 @@ flags.DEFINE_float(
     "steps, so that its median is not one scheduler time slice's luck.",
 )
 flags.DEFINE_integer("max_steps", 1000, "Timed steps per session at most.")
+flags.DEFINE_float(
+    "block_seconds",
+    0.02,
+    "Seconds of timed steps a session runs back to back in each round at least (at least one step), "
+    "after one untimed step (interleaved_steps).",
+)
 flags.DEFINE_integer(
     "warmup_steps",
     100,
@@ -380,25 +386,35 @@ def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, Any]:
 def interleaved_steps(
     sessions: Sequence[Series], workers: Sequence[int], profile: SideBySideProfile | None = None
 ) -> tuple[int, list[Any]]:
-    """Time the sessions' steps in rounds, one step of each per round, the order rotating from round
-    to round: a busy spell of the machine slows every session a little rather than one a lot, and
-    no session always runs after the same other one. Each session gets at least ``--steps`` and
-    ``--timed_seconds`` of steps (at most ``--max_steps``); ``profile``, if given, takes
-    ``--profile_steps`` traced steps spread evenly over the rounds. Returns the rounds run and each session's trace of
-    its first steps (:func:`warm_up`)."""
+    """Time the sessions' steps in rounds, one block of steps of each per round, the order rotating
+    from round to round: a busy spell of the machine slows every session a little rather than one a
+    lot, and no session always runs after the same other one. A block is a training job's steps,
+    back to back: its first step, which follows another session's, runs untimed (the caches hold
+    that session's graph and, on loopback, the workers' threads slept through it: the small NMT's
+    one-worker step was 4.5 ms timed after other sessions' steps and 3.4-3.7 ms back to back), then
+    its timed steps, at least ``--block_seconds`` of them. Each session gets at least ``--steps``
+    and ``--timed_seconds`` of timed steps (at most ``--max_steps``); ``profile``, if given, takes
+    ``--profile_steps`` traced steps spread evenly over the rounds, each after an untraced step of
+    its own session, as the profiler's consecutive steps run. Returns the timed steps of each session
+    and each session's trace of its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
-    longest = max(seconds for seconds, _ in warmed)
-    rounds = min(max(FLAGS.steps, math.ceil(FLAGS.timed_seconds / max(longest, 1e-6))), FLAGS.max_steps)
+    longest = max(max(seconds for seconds, _ in warmed), 1e-6)
+    timed = math.ceil(FLAGS.block_seconds / longest)
+    steps = min(max(FLAGS.steps, math.ceil(FLAGS.timed_seconds / longest)), FLAGS.max_steps)
+    rounds = math.ceil(steps / timed)
     every = max(1, rounds // max(FLAGS.profile_steps, 1))
     for index in range(rounds):
         if profile is not None and index % every == 0 and len(profile.wall) < FLAGS.profile_steps:
+            profile.session.run(profile.fetches, profile.feeds)
             profile.step()
         shift = index % len(sessions)
         for series in [*sessions[shift:], *sessions[:shift]]:
-            wall, cpu = series.step(workers)
-            series.wall.append(wall)
-            series.cpu.append(cpu)
-    return rounds, [trace for _, trace in warmed]
+            series.step(workers)
+            for _ in range(timed):
+                wall, cpu = series.step(workers)
+                series.wall.append(wall)
+                series.cpu.append(cpu)
+    return rounds * timed, [trace for _, trace in warmed]
 
 
 @dataclasses.dataclass
