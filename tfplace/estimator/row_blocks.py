@@ -1,0 +1,189 @@
+"""How many rows this machine's CPU ``MatMul`` kernels compute per pass over the weights.
+
+TensorFlow runs a CPU ``MatMul`` as oneDNN's ``_MklMatMul``; with ``transpose_b`` and few rows
+``m`` it passes over the weights once per three rows: a ``[m, 1024] x [768, 1024]^T`` product took
+53-62 us at m = 1-3, 99-107 at 4-6, 146-155 at 7-9, 192-200 at 10-12 (issue 17, brief 17b), while
+the same product without the transpose grows smoothly. Such an op's time is a staircase in ``m``
+with one step per **row block**; :class:`~tfplace.estimator.regression.OpCostRegression` regresses
+it on the rows its passes cover, ``ceil(m / block) * block`` (:class:`RowBlocking`).
+
+The block is a property of the machine's kernels, timed once (``tfplace calibrate``,
+:func:`time_matmul_rows`, the only function here that needs TensorFlow) and found by
+:func:`staircase_period`; it is stored per transpose variant (:func:`matmul_variant`) in
+:attr:`~tfplace.core.device_model.CpuCalibration.matmul_row_blocks`. :func:`matmul_row_blockings`
+reads each ``MatMul``'s rows from a profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from tfplace.core.costgraph import CostGraph
+from tfplace.core.progress import track
+from tfplace.estimator.profiler import ProfileSet
+
+__all__ = [
+    "FLOAT32_BYTES",
+    "MATMUL_VARIANTS",
+    "STEP_SHARE",
+    "RowBlocking",
+    "matmul_row_blockings",
+    "matmul_variant",
+    "measure_matmul_row_blocks",
+    "staircase_period",
+    "step_row_blockings",
+    "time_matmul_rows",
+]
+
+MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul/transpose_a/transpose_b")
+"""The transpose variants of ``MatMul`` whose row blocks are measured (:func:`matmul_variant`)."""
+
+STEP_SHARE = 0.7
+"""Of a staircase's rise from ``m = 1`` to the largest ``m`` timed, at least this share must be in
+the steps (from a multiple of the period to the next row) for :func:`staircase_period` to accept it.
+A smooth curve puts ``1 / period`` of it there, the measured ``transpose_b`` staircase about 0.8."""
+
+FLOAT32_BYTES = 4
+"""Bytes of an element of the output: the staircase was measured on float32 products."""
+
+
+def matmul_variant(attrs: Mapping[str, Any] | None) -> str:
+    """``"MatMul"`` followed by ``/transpose_a`` and ``/transpose_b`` when those attributes are set
+    (a cost graph's ``attrs``): the key of :data:`MATMUL_VARIANTS`."""
+    attrs = attrs or {}
+    return "/".join(["MatMul", *(flag for flag in ("transpose_a", "transpose_b") if attrs.get(flag))])
+
+
+def staircase_period(seconds: Sequence[float], share: float = STEP_SHARE) -> int:
+    """The row block of a kernel from its times at ``m = 1, 2, ..., len(seconds)`` rows (each the
+    minimum of repeats): the period ``p`` (from 2 up to a third of the rows timed, so that three
+    steps at least are seen) whose steps, the rises from ``m = k p`` to ``k p + 1``, hold the largest
+    share of the total rise, when that share is at least ``share`` and every step rises more than
+    every other row does. 1 (smooth: each row costs alike) otherwise, also for times that do not rise.
+    """
+    times = np.asarray(seconds, dtype=float)
+    rises = np.diff(times)  # rises[i]: from m = i + 1 to m = i + 2
+    total = np.maximum(rises, 0.0).sum()
+    best, best_share = 1, share
+    for period in range(2, len(times) // 3 + 1 if total > 0 else 2):
+        steps = np.zeros(len(rises), dtype=bool)
+        steps[period - 1 :: period] = True
+        stepped = np.maximum(rises[steps], 0.0).sum() / total
+        if stepped >= best_share and rises[steps].min() > rises[~steps].max():
+            best, best_share = period, stepped
+    return best
+
+
+@dataclass(frozen=True)
+class RowBlocking:
+    """One op whose time is a staircase in its rows: ``rows_per_example`` rows of its output per
+    example of the batch, computed ``block`` rows per pass."""
+
+    rows_per_example: Fraction
+    block: int
+
+    def covered_rows(self, batch_size: float) -> float:
+        """The rows its passes cover at ``batch_size``: ``ceil(m / block) * block`` for its ``m`` rows."""
+        rows = self.rows_per_example * Fraction(batch_size)
+        passes = -(-rows.numerator // (rows.denominator * self.block))
+        return float(passes * self.block)
+
+    def batch_units(self, batch_size: float) -> float:
+        """:meth:`covered_rows` in examples (the regression's unit): the batch size whose rows fill
+        its passes; ``batch_size`` itself when the rows fill them exactly."""
+        return self.covered_rows(batch_size) / float(self.rows_per_example)
+
+
+def matmul_row_blockings(
+    graph: CostGraph, profile_set: ProfileSet, blocks: Mapping[str, int]
+) -> dict[str, RowBlocking]:
+    """The ``MatMul`` ops of ``graph`` whose rows grow with the batch and whose variant's block in
+    ``blocks`` (:func:`matmul_variant`; absent: 1) is over 1.
+
+    An op's rows at each batch size of ``profile_set`` are its first output's profiled bytes over
+    its columns (the static last dimension of its ``output_shapes``) of float32 elements. It
+    qualifies when those rows are whole and in the same proportion to the batch at every batch.
+    """
+    blockings = {}
+    for op, attrs in graph.nodes(data=True):
+        block = int(blocks.get(matmul_variant(attrs.get("attrs")), 1))
+        shapes = attrs.get("output_shapes")
+        if attrs.get("op_type") != "MatMul" or block <= 1 or not shapes or len(shapes[0]) != 2:
+            continue
+        columns = shapes[0][1]
+        sizes = {
+            b: per_op[op].output_sizes[0]
+            for b, per_op in profile_set.costs.items()
+            if op in per_op and per_op[op].output_sizes
+        }
+        if columns <= 0 or len(sizes) != len(profile_set.costs) or not sizes:
+            continue
+        ratios = {Fraction(size, columns * FLOAT32_BYTES) / b for b, size in sizes.items()}
+        rows = [Fraction(size, columns * FLOAT32_BYTES) for size in sizes.values()]
+        if len(ratios) == 1 and all(r.denominator == 1 and r > 0 for r in rows):
+            blockings[op] = RowBlocking(ratios.pop(), block)
+    return blockings
+
+
+def step_row_blockings(
+    graph: Any, fetches: Any, profile_set: ProfileSet, blocks: Mapping[str, int]
+) -> dict[str, RowBlocking]:
+    """:func:`matmul_row_blockings` of a TensorFlow ``graph``'s step (imported for its ops' types,
+    attributes and shapes only when some block is over 1)."""
+    if all(block <= 1 for block in blocks.values()):
+        return {}
+    from tfplace.tf_graph.importer import import_graph
+
+    return matmul_row_blockings(import_graph(graph, fetches).cost_graph, profile_set, blocks)
+
+
+def time_matmul_rows(
+    variant: str, rows: int = 12, inner: int = 1024, columns: int = 768, repeats: int = 20
+) -> list[float]:
+    """The smallest of ``repeats`` times of one step running a float32 ``variant`` product
+    (:data:`MATMUL_VARIANTS`) of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 ..
+    rows``: the NMT's shape, from variables (nothing to fold), the rows interleaved within each
+    repeat, under the profiler's session config
+    (:func:`~tfplace.estimator.calibration.profiled_run_config`)."""
+    import time
+
+    import tensorflow as tf
+
+    from tfplace.estimator.calibration import profiled_run_config
+
+    transpose_a, transpose_b = "transpose_a" in variant, "transpose_b" in variant
+    graph = tf.Graph()
+    with graph.as_default():
+        weights = tf.compat.v1.Variable(
+            tf.random.normal([columns, inner] if transpose_b else [inner, columns]), name="weights"
+        )
+        products = []
+        for m in range(1, rows + 1):
+            left = tf.compat.v1.Variable(
+                tf.random.normal([inner, m] if transpose_a else [m, inner]), name=f"rows{m}"
+            )
+            products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
+        initializer = tf.compat.v1.global_variables_initializer()
+    best = [float("inf")] * rows
+    with tf.compat.v1.Session(graph=graph, config=profiled_run_config()) as session:
+        session.run(initializer)
+        session.run(products)  # warm up every kernel
+        for _ in range(repeats):
+            for m, product in enumerate(products):
+                start = time.perf_counter()
+                session.run(product)
+                best[m] = min(best[m], time.perf_counter() - start)
+    return best
+
+
+def measure_matmul_row_blocks(rows: int = 12, repeats: int = 20) -> dict[str, int]:
+    """:func:`staircase_period` of :func:`time_matmul_rows` for each of :data:`MATMUL_VARIANTS`."""
+    return {
+        variant: staircase_period(time_matmul_rows(variant, rows=rows, repeats=repeats))
+        for variant in track(MATMUL_VARIANTS, "MatMul row blocks")
+    }
