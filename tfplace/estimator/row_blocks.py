@@ -31,6 +31,7 @@ __all__ = [
     "FLOAT32_BYTES",
     "MATMUL_VARIANTS",
     "STEP_SHARE",
+    "TIMED_ROWS",
     "RowBlocking",
     "matmul_row_blockings",
     "matmul_variant",
@@ -47,6 +48,10 @@ STEP_SHARE = 0.7
 """Of a staircase's rise from ``m = 1`` to the largest ``m`` timed, at least this share must be in
 the steps (from a multiple of the period to the next row) for :func:`staircase_period` to accept it.
 A smooth curve puts ``1 / period`` of it there, the measured ``transpose_b`` staircase about 0.8."""
+
+TIMED_ROWS = 12
+"""The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
+``transpose_b`` product changed algorithm (729 us at 16 rows against 237-247 at 13-15)."""
 
 FLOAT32_BYTES = 4
 """Bytes of an element of the output: the staircase was measured on float32 products."""
@@ -107,7 +112,9 @@ def matmul_row_blockings(
 
     An op's rows at each batch size of ``profile_set`` are its first output's profiled bytes over
     its columns (the static last dimension of its ``output_shapes``) of float32 elements. It
-    qualifies when those rows are whole and in the same proportion to the batch at every batch.
+    qualifies when those rows are whole, in the same proportion to the batch at every batch and
+    at most :data:`TIMED_ROWS` (beyond, the staircase was not measured: the Transformer's products
+    of 16 rows and more, fitted on blocks of three, predicted its step's MatMuls no better).
     """
     blockings = {}
     for op, attrs in graph.nodes(data=True):
@@ -125,7 +132,7 @@ def matmul_row_blockings(
             continue
         ratios = {Fraction(size, columns * FLOAT32_BYTES) / b for b, size in sizes.items()}
         rows = [Fraction(size, columns * FLOAT32_BYTES) for size in sizes.values()]
-        if len(ratios) == 1 and all(r.denominator == 1 and r > 0 for r in rows):
+        if len(ratios) == 1 and all(r.denominator == 1 and 0 < r <= TIMED_ROWS for r in rows):
             blockings[op] = RowBlocking(ratios.pop(), block)
     return blockings
 
@@ -143,7 +150,7 @@ def step_row_blockings(
 
 
 def time_matmul_rows(
-    variant: str, rows: int = 12, inner: int = 1024, columns: int = 768, repeats: int = 20
+    variant: str, rows: int = TIMED_ROWS, inner: int = 1024, columns: int = 768, repeats: int = 20
 ) -> list[float]:
     """The smallest of ``repeats`` times of one step running a float32 ``variant`` product
     (:data:`MATMUL_VARIANTS`) of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 ..
@@ -181,7 +188,7 @@ def time_matmul_rows(
     return best
 
 
-def measure_matmul_row_blocks(rows: int = 12, repeats: int = 20) -> dict[str, int]:
+def measure_matmul_row_blocks(rows: int = TIMED_ROWS, repeats: int = 20) -> dict[str, int]:
     """:func:`staircase_period` of :func:`time_matmul_rows` for each of :data:`MATMUL_VARIANTS`."""
     return {
         variant: staircase_period(time_matmul_rows(variant, rows=rows, repeats=repeats))
