@@ -64,6 +64,8 @@ def calibration_table(calibration: CpuCalibration) -> str:
             f"step and process, {model.threads} ops at once per process; link {link.b * 1e6:.1f} us + "
             f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B)"
         )
+    blocks = ", ".join(f"{variant} {block}" for variant, block in calibration.matmul_row_blocks.items())
+    lines.append(f"  MatMul rows per pass over the weights: {blocks or 'not measured (1)'}")
     return "\n".join(lines)
 
 

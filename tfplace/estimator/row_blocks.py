@@ -30,7 +30,7 @@ from tfplace.estimator.profiler import ProfileSet
 __all__ = [
     "FLOAT32_BYTES",
     "MATMUL_VARIANTS",
-    "STEP_SHARE",
+    "STAIRCASE_FIT",
     "TIMED_ROWS",
     "RowBlocking",
     "matmul_row_blockings",
@@ -44,10 +44,11 @@ __all__ = [
 MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul/transpose_a/transpose_b")
 """The transpose variants of ``MatMul`` whose row blocks are measured (:func:`matmul_variant`)."""
 
-STEP_SHARE = 0.7
-"""Of a staircase's rise from ``m = 1`` to the largest ``m`` timed, at least this share must be in
-the steps (from a multiple of the period to the next row) for :func:`staircase_period` to accept it.
-A smooth curve puts ``1 / period`` of it there, the measured ``transpose_b`` staircase about 0.8."""
+STAIRCASE_FIT = 0.5
+"""A staircase's squared residuals must be at most this share of a line's on the rows for
+:func:`staircase_period` to take it: on this machine's ``transpose_b`` timings the staircase of three
+rows left 0.32 of the line's, on timings without the transpose every staircase more than the line
+(1.3-2.7), on constant times with noise 0.88-1.05."""
 
 TIMED_ROWS = 12
 """The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
@@ -64,23 +65,27 @@ def matmul_variant(attrs: Mapping[str, Any] | None) -> str:
     return "/".join(["MatMul", *(flag for flag in ("transpose_a", "transpose_b") if attrs.get(flag))])
 
 
-def staircase_period(seconds: Sequence[float], share: float = STEP_SHARE) -> int:
+def staircase_period(seconds: Sequence[float], fit: float = STAIRCASE_FIT) -> int:
     """The row block of a kernel from its times at ``m = 1, 2, ..., len(seconds)`` rows (each the
     minimum of repeats): the period ``p`` (from 2 up to a third of the rows timed, so that three
-    steps at least are seen) whose steps, the rises from ``m = k p`` to ``k p + 1``, hold the largest
-    share of the total rise, when that share is at least ``share`` and every step rises more than
-    every other row does. 1 (smooth: each row costs alike) otherwise, also for times that do not rise.
-    """
+    passes at least are seen) of the rising staircase ``a + c * ceil(m / p)`` that fits the times
+    best by least squares, when its squared residuals are at most ``fit`` times those of the line
+    ``a + c * m``; 1 (each row costs alike: smooth) otherwise, and for times that do not vary."""
     times = np.asarray(seconds, dtype=float)
-    rises = np.diff(times)  # rises[i]: from m = i + 1 to m = i + 2
-    total = np.maximum(rises, 0.0).sum()
-    best, best_share = 1, share
-    for period in range(2, len(times) // 3 + 1 if total > 0 else 2):
-        steps = np.zeros(len(rises), dtype=bool)
-        steps[period - 1 :: period] = True
-        stepped = np.maximum(rises[steps], 0.0).sum() / total
-        if stepped >= best_share and rises[steps].min() > rises[~steps].max():
-            best, best_share = period, stepped
+    rows = np.arange(1, len(times) + 1)
+
+    def residuals(period: int) -> tuple[float, float]:
+        design = np.column_stack([np.ceil(rows / period), np.ones(len(rows))])
+        coefficients = np.linalg.lstsq(design, times, rcond=None)[0]
+        error = times - design @ coefficients
+        return float(error @ error), float(coefficients[0])
+
+    line = residuals(1)[0]
+    best, best_error = 1, fit * line
+    for period in range(2, len(times) // 3 + 1):
+        error, rise = residuals(period)
+        if rise > 0 and error < best_error:
+            best, best_error = period, error
     return best
 
 
