@@ -9,7 +9,13 @@ import pytest
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
 from tfplace.core.costgraph import CostGraph
-from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
+from tfplace.core.device_model import (
+    CpuCalibration,
+    CpuProcessModel,
+    cpu_kind,
+    inline_ops,
+    stored_matmul_row_blocks,
+)
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, pooled_fits, profiled_sum
@@ -259,6 +265,13 @@ def test_a_calibration_written_before_the_matmul_row_blocks_were_measured_reads_
     path = tmp_path / "old.json"
     path.write_text(json.dumps(spec))
     assert CpuCalibration.load(path) == dataclasses.replace(CALIBRATION, matmul_row_blocks={})
+
+
+def test_the_stored_matmul_row_blocks_are_the_calibrations_or_none_without_a_file(tmp_path):
+    CALIBRATION.save(tmp_path / "calibration.json")
+    assert stored_matmul_row_blocks(tmp_path / "calibration.json") == {"MatMul": 1, "MatMul/transpose_b": 3}
+    assert stored_matmul_row_blocks(tmp_path / "absent.json") == {}
+    assert stored_matmul_row_blocks("") == {}
 
 
 def test_a_matmul_row_block_below_one_is_refused():

@@ -5,17 +5,11 @@ from __future__ import annotations
 from absl import flags
 
 from tfplace.cli.common import Command, print_report
-from tfplace.cli.options import COMMAND_FLAGS
-from tfplace.core.device_model import DEFAULT_CALIBRATION, CpuCalibration, CpuProcessModel
+from tfplace.cli.options import CALIBRATION, COMMAND_FLAGS
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.units import format_seconds
 from tfplace.estimator.calibration import DEFAULT_FITS
 
-CALIBRATION = flags.DEFINE_string(
-    "calibration",
-    DEFAULT_CALIBRATION,
-    "calibrate: the file the machine's CPU device model is written to.",
-    flag_values=COMMAND_FLAGS,
-)
 LOOPBACK_WORKERS = flags.DEFINE_integer(
     "loopback_workers",
     2,

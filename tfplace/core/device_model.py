@@ -55,6 +55,7 @@ __all__ = [
     "cpu_kind",
     "inline_ops",
     "op_bytes_accessed",
+    "stored_matmul_row_blocks",
 ]
 
 OPAQUE_OPS = frozenset(
@@ -396,6 +397,14 @@ class CpuCalibration:
             raise ValueError(f"no CPU calibration at {path}: run tfplace calibrate first") from None
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed CPU calibration {path}: {error}") from None
+
+
+def stored_matmul_row_blocks(path: str | os.PathLike[str] | None) -> dict[str, int]:
+    """The :attr:`CpuCalibration.matmul_row_blocks` of the calibration at ``path``; none (every
+    block 1, the regression as without them) when ``path`` is empty or no file is there."""
+    if not path or not os.path.exists(path):
+        return {}
+    return dict(CpuCalibration.load(path).matmul_row_blocks)
 
 
 def cpu_kind(names: Sequence[str]) -> str:
