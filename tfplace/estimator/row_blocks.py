@@ -31,6 +31,7 @@ __all__ = [
     "FLOAT32_BYTES",
     "MATMUL_VARIANTS",
     "STAIRCASE_FIT",
+    "STEP_SHARE",
     "TIMED_ROWS",
     "RowBlocking",
     "matmul_row_blockings",
@@ -44,11 +45,16 @@ __all__ = [
 MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul/transpose_a/transpose_b")
 """The transpose variants of ``MatMul`` whose row blocks are measured (:func:`matmul_variant`)."""
 
-STAIRCASE_FIT = 0.5
-"""A staircase's squared residuals must be at most this share of a line's on the rows for
-:func:`staircase_period` to take it: on this machine's ``transpose_b`` timings the staircase of three
-rows left 0.32 of the line's, on timings without the transpose every staircase more than the line
-(1.3-2.7), on constant times with noise 0.88-1.05."""
+STAIRCASE_FIT = 0.4
+"""Steps of a period must leave at most this share of the squared residuals of a line on the rows
+for :func:`staircase_period` to take it. On this machine's ``transpose_b`` timings (five runs, load
+1-2) steps of three rows left 0.10-0.29 of them and steps of two or four 0.93-1.0; on timings
+without the transpose 0.64 at best, on constant times with noise 0.64-1.0."""
+
+STEP_SHARE = 0.2
+"""A step must rise by more than this share of the smallest time (one row's): a pass over the
+weights is much of a product's time (steps of 25-45 us here after 80 us at one row), where noise
+that happens to fit steps is a few percent of it."""
 
 TIMED_ROWS = 12
 """The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
@@ -67,24 +73,29 @@ def matmul_variant(attrs: Mapping[str, Any] | None) -> str:
 
 def staircase_period(seconds: Sequence[float], fit: float = STAIRCASE_FIT) -> int:
     """The row block of a kernel from its times at ``m = 1, 2, ..., len(seconds)`` rows (each the
-    minimum of repeats): the period ``p`` (from 2 up to a third of the rows timed, so that three
-    passes at least are seen) of the rising staircase ``a + c * ceil(m / p)`` that fits the times
-    best by least squares, when its squared residuals are at most ``fit`` times those of the line
-    ``a + c * m``; 1 (each row costs alike: smooth) otherwise, and for times that do not vary."""
-    times = np.asarray(seconds, dtype=float)
-    rows = np.arange(1, len(times) + 1)
+    minimum of repeats).
 
-    def residuals(period: int) -> tuple[float, float]:
-        design = np.column_stack([np.ceil(rows / period), np.ones(len(rows))])
+    Each period ``p`` from 2 up to a third of the rows timed (three passes at least) adds steps to
+    a line on the rows: ``a + d * m + c * ceil(m / p)`` by least squares. The period is the one
+    whose steps leave the least squared residuals, when that is at most ``fit`` times the line's
+    alone and each step rises more than the other rows of its pass together (``c > (p - 1) * d``:
+    most of the growth is in the steps, which the rows' own cost within a pass keeps from being
+    flat) and than :data:`STEP_SHARE` of the smallest time. Otherwise 1: each
+    row costs alike (smooth), also for times that do not vary.
+    """
+    times = np.asarray(seconds, dtype=float)
+    rows = np.arange(1, len(times) + 1, dtype=float)
+
+    def least_squares(*columns: np.ndarray) -> tuple[float, np.ndarray]:
+        design = np.column_stack([np.ones(len(rows)), *columns])
         coefficients = np.linalg.lstsq(design, times, rcond=None)[0]
         error = times - design @ coefficients
-        return float(error @ error), float(coefficients[0])
+        return float(error @ error), coefficients
 
-    line = residuals(1)[0]
-    best, best_error = 1, fit * line
+    best, best_error = 1, fit * least_squares(rows)[0]
     for period in range(2, len(times) // 3 + 1):
-        error, rise = residuals(period)
-        if rise > 0 and error < best_error:
+        error, (_, per_row, step) = least_squares(rows, np.ceil(rows / period))
+        if step > max((period - 1) * per_row, STEP_SHARE * times.min()) and error < best_error:
             best, best_error = period, error
     return best
 
