@@ -10,9 +10,11 @@ from tfplace.core.costgraph import CostGraph
 from tfplace.estimator.profiler import OpCost, ProfileSet
 from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings, matmul_variant, staircase_period
 
-# Minimum times (us) of a [m, 1024] x [768, 1024]^T product at m = 1..12 on this machine in five runs
-# (load 1-2), and of the same product without the transpose (row_blocks.time_matmul_rows).
+# Minimum times (us) of a [m, 1024] x [768, 1024]^T product at m = 1..12 on this machine: over three
+# sessions (row_blocks.time_matmul_rows), then five single sessions (load 1-2); and of the same
+# product without the transpose.
 TRANSPOSE_B = [
+    [79, 83, 87, 123, 128, 133, 169, 173, 179, 214, 219, 223],
     [80, 87, 88, 137, 128, 133, 170, 173, 178, 215, 242, 224],
     [83, 92, 91, 128, 142, 138, 202, 185, 188, 227, 223, 228],
     [79, 86, 89, 124, 139, 134, 171, 175, 180, 216, 221, 228],

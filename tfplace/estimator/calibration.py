@@ -754,4 +754,4 @@ def calibrate_cpu(
             processes["loopback"] = CpuProcessModel(
                 op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host, spread
             )
-    return CpuCalibration(socket.gethostname(), cores, processes, measure_matmul_row_blocks(repeats=repeats))
+    return CpuCalibration(socket.gethostname(), cores, processes, measure_matmul_row_blocks())

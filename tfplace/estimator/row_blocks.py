@@ -16,6 +16,7 @@ reads each ``MatMul``'s rows from a profile.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -47,9 +48,10 @@ MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul
 
 STAIRCASE_FIT = 0.4
 """Steps of a period must leave at most this share of the squared residuals of a line on the rows
-for :func:`staircase_period` to take it. On this machine's ``transpose_b`` timings (five runs, load
-1-2) steps of three rows left 0.10-0.29 of them and steps of two or four 0.93-1.0; on timings
-without the transpose 0.64 at best, on constant times with noise 0.64-1.0."""
+for :func:`staircase_period` to take it. On this machine's ``transpose_b`` timings (load about 1)
+steps of three rows left under 0.01 of them (five runs of :func:`time_matmul_rows`), 0.04-0.74 in
+single sessions with one product slow throughout, and steps of two or four rows 0.93-1.0; timings
+without the transpose 0.64 at best, constant times with noise 0.64-1.0."""
 
 STEP_SHARE = 0.2
 """A step must rise by more than this share of the smallest time (one row's): a pass over the
@@ -166,47 +168,54 @@ def step_row_blockings(
 
 
 def time_matmul_rows(
-    variant: str, rows: int = TIMED_ROWS, inner: int = 1024, columns: int = 768, repeats: int = 20
+    variant: str,
+    rows: int = TIMED_ROWS,
+    *,
+    inner: int = 1024,
+    columns: int = 768,
+    repeats: int = 30,
+    sessions: int = 3,
 ) -> list[float]:
-    """The smallest of ``repeats`` times of one step running a float32 ``variant`` product
-    (:data:`MATMUL_VARIANTS`) of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 ..
-    rows``: the NMT's shape, from variables (nothing to fold), the rows interleaved within each
-    repeat, under the profiler's session config
-    (:func:`~tfplace.estimator.calibration.profiled_run_config`)."""
-    import time
-
+    """The smallest time of one step running a float32 ``variant`` product (:data:`MATMUL_VARIANTS`)
+    of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 .. rows``: the NMT's shape, from
+    variables (nothing to fold), under the profiler's session config
+    (:func:`~tfplace.estimator.calibration.profiled_run_config`). The smallest over ``sessions``
+    sessions of ``repeats`` steps each, the rows interleaved: within one session a product of some
+    ``m`` could take 10-20% more in every one of 100 steps (its buffers, presumably), 262 us
+    against 222 in the next session; other processes only add time too."""
     import tensorflow as tf
 
     from tfplace.estimator.calibration import profiled_run_config
 
     transpose_a, transpose_b = "transpose_a" in variant, "transpose_b" in variant
-    graph = tf.Graph()
-    with graph.as_default():
-        weights = tf.compat.v1.Variable(
-            tf.random.normal([columns, inner] if transpose_b else [inner, columns]), name="weights"
-        )
-        products = []
-        for m in range(1, rows + 1):
-            left = tf.compat.v1.Variable(
-                tf.random.normal([inner, m] if transpose_a else [m, inner]), name=f"rows{m}"
-            )
-            products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
-        initializer = tf.compat.v1.global_variables_initializer()
     best = [float("inf")] * rows
-    with tf.compat.v1.Session(graph=graph, config=profiled_run_config()) as session:
-        session.run(initializer)
-        session.run(products)  # warm up every kernel
-        for _ in range(repeats):
-            for m, product in enumerate(products):
-                start = time.perf_counter()
-                session.run(product)
-                best[m] = min(best[m], time.perf_counter() - start)
+    for _ in range(sessions):
+        graph = tf.Graph()
+        with graph.as_default():
+            weights = tf.compat.v1.Variable(
+                tf.random.normal([columns, inner] if transpose_b else [inner, columns]), name="weights"
+            )
+            products = []
+            for m in range(1, rows + 1):
+                left = tf.compat.v1.Variable(
+                    tf.random.normal([inner, m] if transpose_a else [m, inner]), name=f"rows{m}"
+                )
+                products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
+            initializer = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(graph=graph, config=profiled_run_config()) as session:
+            session.run(initializer)
+            session.run(products)  # warm up every kernel
+            for _ in range(repeats):
+                for m, product in enumerate(products):
+                    start = time.perf_counter()
+                    session.run(product)
+                    best[m] = min(best[m], time.perf_counter() - start)
     return best
 
 
-def measure_matmul_row_blocks(rows: int = TIMED_ROWS, repeats: int = 20) -> dict[str, int]:
+def measure_matmul_row_blocks(rows: int = TIMED_ROWS) -> dict[str, int]:
     """:func:`staircase_period` of :func:`time_matmul_rows` for each of :data:`MATMUL_VARIANTS`."""
     return {
-        variant: staircase_period(time_matmul_rows(variant, rows=rows, repeats=repeats))
+        variant: staircase_period(time_matmul_rows(variant, rows=rows))
         for variant in track(MATMUL_VARIANTS, "MatMul row blocks")
     }
