@@ -26,7 +26,7 @@ import numpy as np
 
 from tfplace.core.costgraph import CostGraph
 from tfplace.core.progress import track
-from tfplace.estimator.profiler import ProfileSet
+from tfplace.estimator.profiler import ProfileSet, profiling_config
 
 __all__ = [
     "FLOAT32_BYTES",
@@ -179,13 +179,11 @@ def time_matmul_rows(
     """The smallest time of one step running a float32 ``variant`` product (:data:`MATMUL_VARIANTS`)
     of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 .. rows``: the NMT's shape, from
     variables (nothing to fold), under the profiler's session config
-    (:func:`~tfplace.estimator.calibration.profiled_run_config`). The smallest over ``sessions``
+    (:func:`~tfplace.estimator.profiler.profiling_config`). The smallest over ``sessions``
     sessions of ``repeats`` steps each, the rows interleaved: within one session a product of some
     ``m`` could take 10-20% more in every one of 100 steps (its buffers, presumably), 262 us
     against 222 in the next session; other processes only add time too."""
     import tensorflow as tf
-
-    from tfplace.estimator.calibration import profiled_run_config
 
     transpose_a, transpose_b = "transpose_a" in variant, "transpose_b" in variant
     best = [float("inf")] * rows
@@ -202,7 +200,7 @@ def time_matmul_rows(
                 )
                 products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
             initializer = tf.compat.v1.global_variables_initializer()
-        with tf.compat.v1.Session(graph=graph, config=profiled_run_config()) as session:
+        with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
             session.run(initializer)
             session.run(products)  # warm up every kernel
             for _ in range(repeats):
