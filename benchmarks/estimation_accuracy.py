@@ -28,9 +28,10 @@ m = 1-8). From batches 2, 4, 6 (one, two, two passes) no line on the batch size 
 third pass at 8: that needs the kernel's blocking, a property of the machine's oneDNN measured
 once (``tfplace calibrate``: :mod:`tfplace.estimator.row_blocks`), not a fit to these three points.
 With ``--calibration`` naming a calibration that has the row blocks, such products are regressed on
-the rows their passes cover (:class:`~tfplace.estimator.regression.OpCostRegression`): on the same
-NMT profiles (load about 1) the deviation weighted by time fell from 10.1% to 7.4% (floor 5.7%), that of
-its 48 staircase products from 20.5% to 2.1%. Measured side by side (the same 30-step profiles of
+the rows their passes cover (:class:`~tfplace.estimator.regression.OpCostRegression`): on three
+sets of NMT profiles (load 1-2, each predicted both ways) the deviation weighted by time fell from
+10.1%, 10.0%, 9.7% to 7.4%, 7.5%, 7.1% (floors 5.7%, 6.9%, 4.8%), that of its 48 staircase
+products (15% of the step's op time) from 19-20.5% to 2.1-2.4%. Measured side by side (the same 30-step profiles of
 batches 1, 2, 3, 4, 6 and two of 8, load 2.5; mean deviation (ratio to the floor) / weighted by
 time), 1, 2, 4 -> 2, 4, 6: Inception V3 18.6% (0.92) / 5.8% -> 17.3% (0.86) / 4.5%; the NMT
 15.7% (1.17) / 13.2% -> 14.0% (1.05) / 10.6%; the Transformer 17.8% (1.35) / 7.1% -> 14.2%
