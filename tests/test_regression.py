@@ -316,6 +316,16 @@ def test_without_blocked_matmuls_the_predictions_are_exactly_those_of_the_plain_
     assert blocked.batch_costs() == plain.batch_costs()
 
 
+def test_a_blocked_matmul_whose_line_would_cross_zero_gets_a_power_law_of_its_passes():
+    # one, two, two passes at 2, 4, 6 taking 10, 100, 100 us: the line's intercept is negative
+    model = OpCostRegression().fit(
+        staircase_profile(lambda b: 0 if b == 2 else 2), {"mm": RowBlocking(Fraction(1), 3)}
+    )
+    assert model.time_fit_[model.ops_.index("mm")] == "power"
+    times = [model.predict(b)["mm"].compute_time for b in (6, 7, 8, 9, 10)]
+    assert times[0] < times[1] == times[2] == times[3] < times[4]
+
+
 def test_a_blocked_matmul_ignores_the_regime_and_its_batch_costs_are_the_staircases_upper_envelope():
     from tfplace.split.costs import time_at_batch
 

@@ -208,7 +208,8 @@ class OpCostRegression:
     ) -> OpCostRegression:
         """Fit one model per op to the costs of ``profile_set`` (at least two batch sizes); the ops
         of ``row_blockings`` (:func:`~tfplace.estimator.row_blocks.matmul_row_blockings`) on the rows
-        their passes cover (class docstring). Without it, or with every block 1, no op is.
+        their passes cover (class docstring). Without it (or from blocks that are all 1, which
+        block no op) the fit is the one without row blocks.
 
         Raises
         ------
