@@ -25,8 +25,13 @@ once per three rows of the input: a [m, 1024] x [768, 1024]^T product took 53-62
 m = 1-3, 99-107 at 4-6, 146-155 at 7-9, 192-200 at 10-12, 237-247 at 13-15, then 729 us at 16
 (another algorithm); the same product without the transpose grows smoothly (35-84 us at
 m = 1-8). From batches 2, 4, 6 (one, two, two passes) no line on the batch size predicts the
-third pass at 8: that needs the kernel's blocking, a property of the machine's oneDNN to measure
-once, not a fit to these three points (issue 17: not done). Measured side by side (the same 30-step profiles of
+third pass at 8: that needs the kernel's blocking, a property of the machine's oneDNN measured
+once (``tfplace calibrate``: :mod:`tfplace.estimator.row_blocks`), not a fit to these three points.
+With ``--calibration`` naming a calibration that has the row blocks, such products are regressed on
+the rows their passes cover (:class:`~tfplace.estimator.regression.OpCostRegression`): on three
+sets of NMT profiles (load 1-2, each predicted both ways) the deviation weighted by time fell from
+10.1%, 10.0%, 9.7% to 7.4%, 7.5%, 7.1% (floors 5.7%, 6.9%, 4.8%), that of its 48 staircase
+products (15% of the step's op time) from 19-20.5% to 2.1-2.4%. Measured side by side (the same 30-step profiles of
 batches 1, 2, 3, 4, 6 and two of 8, load 2.5; mean deviation (ratio to the floor) / weighted by
 time), 1, 2, 4 -> 2, 4, 6: Inception V3 18.6% (0.92) / 5.8% -> 17.3% (0.86) / 4.5%; the NMT
 15.7% (1.17) / 13.2% -> 14.0% (1.05) / 10.6%; the Transformer 17.8% (1.35) / 7.1% -> 14.2%
@@ -75,6 +80,8 @@ from typing import Any
 
 from absl import app, flags
 
+from tfplace.core.device_model import DEFAULT_CALIBRATION, stored_matmul_row_blocks
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
     "models", ["inception_v3", "nmt", "transformer", "tensor_holography"], "Models (small configurations)."
@@ -100,6 +107,12 @@ flags.DEFINE_boolean(
 )
 flags.DEFINE_float(
     "regime_tolerance", 0.5, "OpCostRegression's regime tolerance (1: fit every profiled batch size)."
+)
+flags.DEFINE_string(
+    "calibration",
+    DEFAULT_CALIBRATION,
+    "CPU calibration (tfplace calibrate) whose MatMul row blocks the regression uses; "
+    "a missing file or '': none (every block 1).",
 )
 flags.DEFINE_integer("worst", 0, "Ops with the largest absolute time error to list per model.")
 flags.DEFINE_string("table5_dir", None, "Write table5_estimation.md/.csv here (first condition's rows).")
@@ -192,6 +205,7 @@ def measure(name: str) -> Any:
             preemption=FLAGS.preemption,
         ),
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
+        matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
     )
 
 
@@ -228,6 +242,7 @@ def main(argv: Sequence[str]) -> None:
     if unknown:
         raise app.UsageError(f"unknown models or machine conditions: {unknown}")
     rows, reports = [], {}
+    print(f"MatMul row blocks: {stored_matmul_row_blocks(FLAGS.calibration) or 'none (1)'}", flush=True)
     for machine in FLAGS.machine:
         with spinning_cores(2 if machine == "busy" else 0):
             for name in FLAGS.models:

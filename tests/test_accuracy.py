@@ -1,11 +1,13 @@
 """Estimation accuracy (Table 5): per-op relative deviations of predicted against measured costs."""
 
 import math
+from fractions import Fraction
 
 import pytest
 
 from tfplace.estimator.accuracy import compare_profiles, estimation_accuracy, memory_of
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet
+from tfplace.estimator.row_blocks import RowBlocking
 
 SMALL = (1, 2, 4)
 
@@ -33,6 +35,17 @@ def test_costs_that_follow_the_regression_have_no_deviation():
     assert report.time.mean == pytest.approx(0.0, abs=1e-9)
     assert report.memory.exact == 1.0 and report.time.ops == 2
     assert report.measured_step_seconds == 0.5
+
+
+def test_the_row_blockings_given_reach_the_regression():
+    # conv in passes of 3 examples at 1, 2, 4 (1, 1, 2 passes): 1 ms per pass; 3 passes at 8
+    profile = ProfileSet(
+        batch_sizes=SMALL, costs={b: {"conv": OpCost(1e-3 * -(-b // 3), (1000 * b,), 0, 0)} for b in SMALL}
+    )
+    measured = ProfileSet(batch_sizes=(8,), costs={8: {"conv": OpCost(3e-3, (8000,), 0, 0)}})
+    assert compare_profiles(profile, measured, 8).time.mean > 0.1
+    blocked = compare_profiles(profile, measured, 8, row_blockings={"conv": RowBlocking(Fraction(1), 3)})
+    assert blocked.time.mean == pytest.approx(0.0, abs=1e-9)
 
 
 def test_deviation_is_relative_to_the_measured_value():

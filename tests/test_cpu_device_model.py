@@ -2,13 +2,20 @@
 tensors handed over in a process's memory (tfplace.core.device_model, tfplace.simulator.engine)."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
 from tfplace.core.costgraph import CostGraph
-from tfplace.core.device_model import CpuCalibration, CpuProcessModel, cpu_kind, inline_ops
+from tfplace.core.device_model import (
+    CpuCalibration,
+    CpuProcessModel,
+    cpu_kind,
+    inline_ops,
+    stored_matmul_row_blocks,
+)
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, pooled_fits, profiled_sum
@@ -29,6 +36,7 @@ CALIBRATION = CpuCalibration(
             op_overhead_fits=(0.8e-6, 1e-6, 1.1e-6),
         ),
     },
+    matmul_row_blocks={"MatMul": 1, "MatMul/transpose_b": 3},
 )
 VIRTUAL = ["/device:CPU:0", "/device:CPU:1"]
 WORKERS = ["/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
@@ -251,6 +259,26 @@ def test_a_calibration_written_before_the_fits_were_pooled_still_reads_with_no_f
     assert loopback.op_overhead_fits == () and loopback.op_overhead == 1e-6
 
 
+def test_a_calibration_written_before_the_matmul_row_blocks_were_measured_reads_as_smooth(tmp_path):
+    spec = CALIBRATION.to_dict()
+    del spec["matmul_row_blocks"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(spec))
+    assert CpuCalibration.load(path) == dataclasses.replace(CALIBRATION, matmul_row_blocks={})
+
+
+def test_the_stored_matmul_row_blocks_are_the_calibrations_or_none_without_a_file(tmp_path):
+    CALIBRATION.save(tmp_path / "calibration.json")
+    assert stored_matmul_row_blocks(tmp_path / "calibration.json") == {"MatMul": 1, "MatMul/transpose_b": 3}
+    assert stored_matmul_row_blocks(tmp_path / "absent.json") == {}
+    assert stored_matmul_row_blocks("") == {}
+
+
+def test_a_matmul_row_block_below_one_is_refused():
+    with pytest.raises(ValueError, match="row blocks are at least 1"):
+        dataclasses.replace(CALIBRATION, matmul_row_blocks={"MatMul": 0})
+
+
 def test_reading_a_missing_or_malformed_calibration_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="run tfplace calibrate"):
         CpuCalibration.load(tmp_path / "absent.json")
@@ -289,6 +317,7 @@ def test_the_calibrate_printout_gives_the_range_of_the_pooled_fits_where_the_fil
     lines = calibration_table(CALIBRATION).splitlines()
     assert "+1.000 us per op (fits +0.800 .. +1.100)" in lines[2]
     assert "-0.500 us per op," in lines[1] and "fits" not in lines[1]
+    assert lines[3] == "  MatMul rows per pass over the weights: MatMul 1, MatMul/transpose_b 3"
 
 
 def test_pooling_no_fit_is_an_error():

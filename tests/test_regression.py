@@ -1,5 +1,7 @@
 """The per-op cost regression on the batch size and filling a cost graph with its predictions."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from tfplace.core.costgraph import CostGraph, CostGraphError
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import OpCost, ProfileSet
 from tfplace.estimator.regression import OpCostRegression, fill_cost_graph, regime_starts
+from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings
 
 BATCHES = (1, 2, 4)
 
@@ -269,3 +272,68 @@ def test_the_batch_coefficients_a_cost_graph_keeps_predict_what_the_regression_p
     for batch in (3, 64):
         assert time_at_batch(coefficients, batch) == pytest.approx(model.predict(batch)["a"].compute_time)
     np.testing.assert_allclose(coefficients["outputs"], [[4.0, 0.0]], atol=1e-9)
+
+
+STAIRCASE_BATCHES = (2, 4, 6)
+
+
+def staircase_profile(passes_at=lambda b: -(-b // 3)):
+    """The NMT's transpose_b gradient matmul at batches 2, 4, 6 (one row per example, three rows per
+    pass: 10 + 45 us per pass) beside a smooth op ``b``."""
+    return ProfileSet(
+        batch_sizes=STAIRCASE_BATCHES,
+        costs={
+            b: {
+                "mm": OpCost(10e-6 + 45e-6 * passes_at(b), (4 * 768 * b,), 0, 0),
+                "b": OpCost(3e-5 + 2e-5 * b, (4 * b,), 0, 0),
+            }
+            for b in STAIRCASE_BATCHES
+        },
+    )
+
+
+def test_a_staircase_matmul_fitted_on_its_row_passes_predicts_the_third_pass_at_batch_8():
+    profile = staircase_profile()
+    plain = OpCostRegression().fit(profile).predict(8)["mm"].compute_time
+    model = OpCostRegression().fit(profile, {"mm": RowBlocking(Fraction(1), 3)})
+    assert plain < 120e-6  # the line through one, two and two passes falls short of three
+    assert model.predict(8)["mm"].compute_time == pytest.approx(145e-6)
+    assert model.predict(9)["mm"].compute_time == pytest.approx(145e-6)
+    assert model.predict(10)["mm"].compute_time == pytest.approx(190e-6)
+    assert model.predict(8)["b"].compute_time == pytest.approx(19e-5)
+
+
+def test_without_blocked_matmuls_the_predictions_are_exactly_those_of_the_plain_fit():
+    graph = CostGraph()
+    graph.add_op("mm", op_type="MatMul", attrs={"transpose_b": True}, output_shapes=((-1, 768),))
+    graph.add_op("b", op_type="Relu")
+    profile = staircase_profile()
+    plain = OpCostRegression().fit(profile)
+    blockings = matmul_row_blockings(graph, profile, {"MatMul/transpose_b": 1})
+    assert blockings == {}
+    blocked = OpCostRegression().fit(profile, blockings)
+    assert blocked.predict(8) == plain.predict(8)
+    assert blocked.batch_costs() == plain.batch_costs()
+
+
+def test_a_blocked_matmul_whose_line_would_cross_zero_gets_a_power_law_of_its_passes():
+    # one, two, two passes at 2, 4, 6 taking 10, 100, 100 us: the line's intercept is negative
+    model = OpCostRegression().fit(
+        staircase_profile(lambda b: 0 if b == 2 else 2), {"mm": RowBlocking(Fraction(1), 3)}
+    )
+    assert model.time_fit_[model.ops_.index("mm")] == "power"
+    times = [model.predict(b)["mm"].compute_time for b in (6, 7, 8, 9, 10)]
+    assert times[0] < times[1] == times[2] == times[3] < times[4]
+
+
+def test_a_blocked_matmul_ignores_the_regime_and_its_batch_costs_are_the_staircases_upper_envelope():
+    from tfplace.split.costs import time_at_batch
+
+    # steeper from batch 2 to 4 than from 4 to 6: the plain fit would leave batch 2 off its regime
+    plain = OpCostRegression().fit(staircase_profile())
+    model = OpCostRegression().fit(staircase_profile(), {"mm": RowBlocking(Fraction(1), 3)})
+    assert plain.time_regime_[plain.ops_.index("mm")] == 1
+    assert model.time_regime_[model.ops_.index("mm")] == 0
+    coefficients = model.batch_costs()["mm"]
+    for batch in (3, 6, 9):  # whole passes
+        assert time_at_batch(coefficients, batch) == pytest.approx(model.predict(batch)["mm"].compute_time)

@@ -107,6 +107,7 @@ def estimate_costs(
     config: Any = None,
     refine_on: DeviceSet | None = None,
     progress: bool = True,
+    matmul_row_blocks: Mapping[str, int] | None = None,
 ) -> CostEstimate:
     """Standard Evaluation (Celeritas section 4.2.1): the step's costs at ``batch_size``.
 
@@ -135,6 +136,11 @@ def estimate_costs(
     progress : bool
         Show the stages and the progress of profiling on standard error (:mod:`tfplace.core.progress`;
         ``TFPLACE_QUIET=1`` silences every call).
+    matmul_row_blocks : mapping of str to int, optional
+        The machine's ``MatMul`` rows per pass by variant, from its stored calibration
+        (:attr:`~tfplace.core.device_model.CpuCalibration.matmul_row_blocks`): ``MatMul`` ops of those
+        variants are regressed on the rows their passes cover
+        (:func:`~tfplace.estimator.row_blocks.matmul_row_blockings`). ``None``: 1 for every variant.
 
     Returns
     -------
@@ -142,6 +148,7 @@ def estimate_costs(
     """
     from tfplace.estimator.profiler import profile_graph
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
+    from tfplace.estimator.row_blocks import matmul_row_blockings
     from tfplace.estimator.simd import cpu_float_lanes
     from tfplace.tf_graph.importer import import_graph, load_graph
 
@@ -172,7 +179,8 @@ def estimate_costs(
             raise ValueError(
                 f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
             )
-        regression = OpCostRegression().fit(profile) if len(profile.batch_sizes) > 1 else None
+        blockings = matmul_row_blockings(imported.cost_graph, profile, matmul_row_blocks or {})
+        regression = OpCostRegression().fit(profile, blockings) if len(profile.batch_sizes) > 1 else None
         costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
         filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
         if regression is not None:

@@ -5,17 +5,11 @@ from __future__ import annotations
 from absl import flags
 
 from tfplace.cli.common import Command, print_report
-from tfplace.cli.options import COMMAND_FLAGS
-from tfplace.core.device_model import DEFAULT_CALIBRATION, CpuCalibration, CpuProcessModel
+from tfplace.cli.options import CALIBRATION, COMMAND_FLAGS
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.units import format_seconds
 from tfplace.estimator.calibration import DEFAULT_FITS
 
-CALIBRATION = flags.DEFINE_string(
-    "calibration",
-    DEFAULT_CALIBRATION,
-    "calibrate: the file the machine's CPU device model is written to.",
-    flag_values=COMMAND_FLAGS,
-)
 LOOPBACK_WORKERS = flags.DEFINE_integer(
     "loopback_workers",
     2,
@@ -64,6 +58,8 @@ def calibration_table(calibration: CpuCalibration) -> str:
             f"step and process, {model.threads} ops at once per process; link {link.b * 1e6:.1f} us + "
             f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B)"
         )
+    blocks = ", ".join(f"{variant} {block}" for variant, block in calibration.matmul_row_blocks.items())
+    lines.append(f"  MatMul rows per pass over the weights: {blocks or 'not measured (1)'}")
     return "\n".join(lines)
 
 

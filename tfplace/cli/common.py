@@ -17,6 +17,7 @@ from absl import flags, logging
 
 from tfplace.cli.options import (
     CACHE_DIR,
+    CALIBRATION,
     COST_GRAPH,
     DEVICES,
     FETCH,
@@ -40,6 +41,7 @@ from tfplace.cli.options import (
     WARMUP_STEPS,
 )
 from tfplace.core.costgraph import CostGraph, load_json
+from tfplace.core.device_model import stored_matmul_row_blocks
 from tfplace.core.devices import DeviceSet
 from tfplace.core.placement import Placement, PlacementError
 from tfplace.core.transfer import TransferModel
@@ -182,6 +184,7 @@ def profiling_options() -> dict[str, Any]:
         "warmup_steps": WARMUP_STEPS.value,
         "traced_steps": TRACED_STEPS.value,
         "cache_dir": CACHE_DIR.value or None,
+        "matmul_row_blocks": stored_matmul_row_blocks(CALIBRATION.value),
     }
 
 

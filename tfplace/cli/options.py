@@ -13,7 +13,7 @@ from typing import Any
 
 from absl import flags
 
-from tfplace.core.device_model import DEVICE_MODELS
+from tfplace.core.device_model import DEFAULT_CALIBRATION, DEVICE_MODELS
 from tfplace.core.transfer import PRESETS
 from tfplace.placer import DEFAULT_PLACER, PLACERS
 
@@ -104,6 +104,13 @@ CACHE_DIR = _flag(
     "cache_dir",
     os.path.join(".tfplace_cache", "profiles"),
     "Profile cache; empty: always measure.",
+)
+CALIBRATION = _flag(
+    flags.DEFINE_string,
+    "calibration",
+    DEFAULT_CALIBRATION,
+    "The machine's CPU device model: calibrate writes it; profiling reads its MatMul row blocks "
+    "when the file exists (else every MatMul is regressed on its rows as they are).",
 )
 TARGET_DEVICE = _flag(
     flags.DEFINE_enum,
@@ -235,5 +242,5 @@ VERSION = _flag(flags.DEFINE_boolean, "version", False, "Print the version of tf
 
 GRAPH_FLAGS = (GRAPH, FETCH, INIT_OP)
 FEED_FLAGS = (BATCH_SIZE, INPUTS, INPUT_SHAPE, INT_HIGH, SEED)
-PROFILE_FLAGS = (PROFILE_BATCH_SIZES, WARMUP_STEPS, TRACED_STEPS, CACHE_DIR, TARGET_DEVICE)
+PROFILE_FLAGS = (PROFILE_BATCH_SIZES, WARMUP_STEPS, TRACED_STEPS, CACHE_DIR, CALIBRATION, TARGET_DEVICE)
 DEVICE_FLAGS = (DEVICES, MEMORY, LINK, INTER_HOST_LINK, SHARED_BUS)

@@ -55,6 +55,7 @@ __all__ = [
     "cpu_kind",
     "inline_ops",
     "op_bytes_accessed",
+    "stored_matmul_row_blocks",
 ]
 
 OPAQUE_OPS = frozenset(
@@ -302,11 +303,17 @@ class CpuCalibration:
         Processors of the machine, which all its devices share.
     processes : mapping of str to CpuProcessModel
         By kind of device (:data:`CPU_KINDS`); a kind not calibrated is absent.
+    matmul_row_blocks : mapping of str to int
+        Rows the machine's CPU ``MatMul`` kernels compute per pass over the weights, by transpose
+        variant (:mod:`tfplace.estimator.row_blocks`: oneDNN's ``transpose_b`` products here pass
+        once per three rows); a variant absent, as in files calibrated before it was measured, is 1
+        (its time grows smoothly with the rows).
     """
 
     machine: str
     cores: int
     processes: Mapping[str, CpuProcessModel]
+    matmul_row_blocks: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.processes) - set(CPU_KINDS))
@@ -314,6 +321,8 @@ class CpuCalibration:
             raise ValueError(f"unknown CPU device kinds {unknown}; the kinds are {', '.join(CPU_KINDS)}")
         if self.cores < 1:
             raise ValueError(f"a machine has at least one core, got cores={self.cores}")
+        if any(block < 1 for block in self.matmul_row_blocks.values()):
+            raise ValueError(f"MatMul row blocks are at least 1, got {dict(self.matmul_row_blocks)}")
 
     def process(self, kind: str) -> CpuProcessModel:
         """The model of ``kind``; the error says how to calibrate a kind that is missing."""
@@ -361,6 +370,7 @@ class CpuCalibration:
             "machine": self.machine,
             "cores": self.cores,
             "processes": {kind: model.to_dict() for kind, model in self.processes.items()},
+            "matmul_row_blocks": dict(self.matmul_row_blocks),
         }
 
     @classmethod
@@ -369,6 +379,9 @@ class CpuCalibration:
             machine=str(spec["machine"]),
             cores=int(spec["cores"]),
             processes={kind: CpuProcessModel.from_dict(p) for kind, p in spec["processes"].items()},
+            matmul_row_blocks={
+                variant: int(block) for variant, block in spec.get("matmul_row_blocks", {}).items()
+            },
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -384,6 +397,14 @@ class CpuCalibration:
             raise ValueError(f"no CPU calibration at {path}: run tfplace calibrate first") from None
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed CPU calibration {path}: {error}") from None
+
+
+def stored_matmul_row_blocks(path: str | os.PathLike[str] | None) -> dict[str, int]:
+    """The :attr:`CpuCalibration.matmul_row_blocks` of the calibration at ``path``; none (every
+    block 1, the regression as without them) when ``path`` is empty or no file is there."""
+    if not path or not os.path.exists(path):
+        return {}
+    return dict(CpuCalibration.load(path).matmul_row_blocks)
 
 
 def cpu_kind(names: Sequence[str]) -> str:

@@ -42,6 +42,7 @@ import numpy as np
 from tfplace.core.costgraph import allocated_output_bytes
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, RepeatPolicy, profile_graph
 from tfplace.estimator.regression import OpCostRegression
+from tfplace.estimator.row_blocks import RowBlocking, step_row_blockings
 
 __all__ = [
     "AccuracyReport",
@@ -216,6 +217,7 @@ def compare_profiles(
     second: ProfileSet | None = None,
     worst: int = 10,
     regression: OpCostRegression | None = None,
+    row_blockings: Mapping[str, RowBlocking] | None = None,
 ) -> AccuracyReport:
     """Fit the regression on ``small``, predict ``target_batch`` and compare with ``large``'s costs there.
 
@@ -233,12 +235,14 @@ def compare_profiles(
         How many ops with the largest absolute time error to list.
     regression : OpCostRegression, optional
         The estimator to fit (default ``OpCostRegression()``).
+    row_blockings : mapping of str to RowBlocking, optional
+        Passed to :meth:`OpCostRegression.fit`.
 
     Returns
     -------
     AccuracyReport
     """
-    regression = (regression or OpCostRegression()).fit(small)
+    regression = (regression or OpCostRegression()).fit(small, row_blockings)
     predicted = regression.predict(target_batch)
     measured = large.costs[target_batch]
     estimated = set(small.estimated_ops) | set(large.estimated_ops)
@@ -296,6 +300,7 @@ def estimation_accuracy(
     floor: bool = True,
     repeats: RepeatPolicy | None = None,
     regression: OpCostRegression | None = None,
+    matmul_row_blocks: Mapping[str, int] | None = None,
 ) -> AccuracyReport:
     """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
 
@@ -319,6 +324,9 @@ def estimation_accuracy(
         Measure ``target_batch`` twice and report the noise floor.
     regression : OpCostRegression, optional
         The estimator to fit (default ``OpCostRegression()``).
+    matmul_row_blocks : mapping of str to int, optional
+        The machine's ``MatMul`` row blocks by variant
+        (:attr:`~tfplace.core.device_model.CpuCalibration.matmul_row_blocks`); ``None``: 1 for all.
 
     Returns
     -------
@@ -346,4 +354,7 @@ def estimation_accuracy(
     large = profile([target_batch])
     small = profile(profile_batch_sizes)
     second = profile([target_batch], cache=None) if floor else None
-    return compare_profiles(small, large, target_batch, second=second, worst=worst, regression=regression)
+    blockings = step_row_blockings(graph, fetches, small, matmul_row_blocks or {})
+    return compare_profiles(
+        small, large, target_batch, second=second, worst=worst, regression=regression, row_blockings=blockings
+    )

@@ -1,0 +1,99 @@
+"""The machine's MatMul row blocks: the staircase period of timings, which MatMuls of a profiled step
+follow it, and the rows their passes cover (tfplace.estimator.row_blocks)."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from tfplace.core.costgraph import CostGraph
+from tfplace.estimator.profiler import OpCost, ProfileSet
+from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings, matmul_variant, staircase_period
+
+# Minimum times (us) of a [m, 1024] x [768, 1024]^T product at m = 1..12 on this machine: over three
+# sessions (row_blocks.time_matmul_rows), then five single sessions (load 1-2); and of the same
+# product without the transpose.
+TRANSPOSE_B = [
+    [79, 83, 87, 123, 128, 133, 169, 173, 179, 214, 219, 223],
+    [80, 87, 88, 137, 128, 133, 170, 173, 178, 215, 242, 224],
+    [83, 92, 91, 128, 142, 138, 202, 185, 188, 227, 223, 228],
+    [79, 86, 89, 124, 139, 134, 171, 175, 180, 216, 221, 228],
+    [82, 87, 90, 126, 130, 148, 171, 176, 181, 216, 220, 228],
+    [81, 85, 95, 126, 130, 134, 171, 174, 179, 215, 220, 237],
+]
+PLAIN = [81, 84, 86, 97, 111, 123, 138, 152, 184, 185, 194, 206]
+
+
+@pytest.mark.parametrize("times", TRANSPOSE_B)
+def test_the_measured_staircase_of_three_rows_per_pass_has_period_three(times):
+    assert staircase_period([t * 1e-6 for t in times]) == 3
+
+
+def test_times_growing_smoothly_with_the_rows_have_block_one():
+    assert staircase_period([t * 1e-6 for t in PLAIN]) == 1
+
+
+def test_a_noisy_staircase_keeps_its_period_and_noise_alone_or_on_a_line_makes_none():
+    rng = np.random.default_rng(0)
+    rows = np.arange(1, 13)
+    for _ in range(50):
+        noise = rng.uniform(-3e-6, 3e-6, len(rows))
+        assert staircase_period(10e-6 + 45e-6 * np.ceil(rows / 4) + noise) == 4
+        assert staircase_period(80e-6 + 4e-6 * rows + 35e-6 * np.ceil(rows / 3) + noise) == 3
+        assert staircase_period(50e-6 + noise) == 1
+        assert staircase_period(50e-6 + 5e-6 * rows + noise) == 1
+
+
+def test_times_that_do_not_rise_or_one_jump_to_another_algorithm_have_block_one():
+    assert staircase_period([5e-5] * 12) == 1
+    assert staircase_period(list(np.linspace(2e-4, 1e-4, 12))) == 1
+    assert staircase_period([111e-6] + [2138e-6 + 14e-6 * m for m in range(11)]) == 1
+    assert staircase_period([1e-5, 2e-5, 3e-5, 4e-5, 5e-5]) == 1  # too few rows to see three steps
+
+
+def test_the_variant_names_the_transposes_set():
+    assert matmul_variant(None) == "MatMul"
+    assert matmul_variant({"transpose_a": False, "transpose_b": True}) == "MatMul/transpose_b"
+    assert matmul_variant({"transpose_a": True, "transpose_b": True}) == "MatMul/transpose_a/transpose_b"
+
+
+@pytest.mark.parametrize(("batch", "units"), [(1, 3.0), (3, 3.0), (4, 6.0), (6, 6.0), (8, 9.0)])
+def test_the_rows_covered_fill_whole_passes(batch, units):
+    assert RowBlocking(Fraction(1), 3).batch_units(batch) == units
+
+
+def test_two_rows_per_example_cover_passes_in_half_examples():
+    blocking = RowBlocking(Fraction(2), 3)
+    assert blocking.covered_rows(2) == 6.0 and blocking.covered_rows(4) == 9.0
+    assert blocking.batch_units(4) == 4.5
+
+
+def step(sizes=(2, 4, 6)):
+    """A step of MatMuls of 768 columns (float32): ``tb`` and ``plain`` of one row per example,
+    ``wide`` of eight, ``fixed`` of four rows whatever the batch."""
+    graph = CostGraph()
+    for name, flags in (("tb", {"transpose_b": True}), ("plain", {}), ("wide", {"transpose_b": True})):
+        graph.add_op(
+            name, op_type="MatMul", attrs={"transpose_a": False, **flags}, output_shapes=((-1, 768),)
+        )
+    graph.add_op("fixed", op_type="MatMul", attrs={"transpose_b": True}, output_shapes=((4, 768),))
+    graph.add_op("relu", op_type="Relu", output_shapes=((-1, 768),))
+    rows = {"tb": 1, "plain": 1, "wide": 8, "relu": 1}
+
+    def costs(b):
+        per_op = {op: OpCost(1e-4, (4 * 768 * r * b,), 0, 0) for op, r in rows.items()}
+        return {**per_op, "fixed": OpCost(1e-4, (4 * 768 * 4,), 0, 0)}
+
+    return graph, ProfileSet(batch_sizes=sizes, costs={b: costs(b) for b in sizes})
+
+
+def test_only_matmuls_of_a_blocked_variant_whose_rows_grow_with_the_batch_within_those_timed_are_blocked():
+    graph, profile = step()
+    blockings = matmul_row_blockings(graph, profile, {"MatMul": 1, "MatMul/transpose_b": 3})
+    assert blockings == {"tb": RowBlocking(Fraction(1), 3)}  # wide has 16-48 rows, past the 12 timed
+
+
+def test_blocks_of_one_block_nothing():
+    graph, profile = step()
+    assert matmul_row_blockings(graph, profile, {"MatMul/transpose_b": 1}) == {}
+    assert matmul_row_blockings(graph, profile, {}) == {}
