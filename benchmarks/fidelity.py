@@ -12,7 +12,8 @@ whole-op placement split over the devices, ``auto``), the step is
   two sessions at once; after a warm-up into the executor's steady state (``--warmup_steps``:
   TensorFlow runs the kernels it has found cheap inline only after about 90 steps), the sessions
   step in interleaved rounds, at least ``--timed_seconds`` each, so that a 5 ms step gets hundreds
-  of steps;
+  of steps, each session's turn a block of steps back to back whose first step is not timed, as a
+  training job runs its steps (:func:`interleaved_steps`);
 - profiled again **side by side** with those runs: ``--profile_steps`` traced steps of the
   profiler's one-device session spread over the same rounds (:class:`SideBySideProfile`). This
   machine's speed moves by up to a quarter over seconds while nothing shows in the load average;

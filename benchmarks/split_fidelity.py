@@ -9,8 +9,9 @@ exchanged), and ``single`` (one worker, for reference). The step is simulated wi
 fields with :func:`tfplace.tf_graph.split_attrs.annotate_split_fields`) and measured by running
 the rewritten graph (:func:`tfplace.runner.placed_copy` of the plan's placement): every plan of a
 model in two sessions at once, warmed up into the executor's steady state and stepping in
-interleaved rounds (:func:`benchmarks.fidelity.interleaved_steps`); ``measured_s`` is the median
-step of both sessions, ``noise`` the two sessions' medians apart over it. ``ops_ratio`` is the
+interleaved rounds of blocks of steps back to back (:func:`benchmarks.fidelity.interleaved_steps`);
+``measured_s`` is the median step of both sessions, ``noise`` the two sessions' medians apart over
+it. ``ops_ratio`` is the
 traced seconds of the plan's ops in a steady step over their simulated seconds: 1 when the ops ran
 as fast as profiled, so that an error with ``ops_ratio`` near 1 is the simulator's model of the
 step (transfers, overheads), and one with ``ops_ratio`` far from 1 is the ops' speed in the run
