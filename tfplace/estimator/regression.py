@@ -43,6 +43,15 @@ def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, np.median(y - slope[:, None] * x, axis=1)
 
 
+def _line_and_power(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(slope, intercept, exponent, log_scale)`` of each row of ``y`` (positive times) on ``x``:
+    its :func:`_theil_sen` line and its power law ``exp(log_scale) * x ** exponent`` by least
+    squares on the logarithms, the exponent clipped to ``[0, 1]``."""
+    logs = np.log(y)
+    exponent = np.clip(_lines(np.log(x), logs)[0], 0.0, 1.0)
+    return (*_theil_sen(x, y), exponent, logs.mean(axis=1) - exponent * np.log(x).mean())
+
+
 def _memory_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_lines` of bytes on the batch size, where a falling line becomes the largest
     measurement: memory does not shrink as the batch grows, so a negative slope is noise (a
@@ -257,10 +266,9 @@ class OpCostRegression:
         exponent, log_scale = np.zeros(len(times)), np.zeros(len(times))
         for start in np.unique(self.time_regime_):
             ops = self.time_regime_ == start
-            upper, logs = x[start:], np.log(times[ops, start:])
-            slope[ops], intercept[ops] = _theil_sen(upper, times[ops, start:])
-            exponent[ops] = np.clip(_lines(np.log(upper), logs)[0], 0.0, 1.0)
-            log_scale[ops] = logs.mean(axis=1) - exponent[ops] * np.log(upper).mean()
+            slope[ops], intercept[ops], exponent[ops], log_scale[ops] = _line_and_power(
+                x[start:], times[ops, start:]
+            )
         slope = np.where(flat, 0.0, slope)
         intercept = np.where(flat, times.mean(axis=1), intercept)
         line = flat | (intercept >= 0)
@@ -271,17 +279,16 @@ class OpCostRegression:
     def _fit_blocked_time(self, i: int, units: list[float], times: np.ndarray) -> None:
         """Refit op ``i``'s time on ``units`` (the examples its row passes cover at each profiled
         batch size), over every one of them: a line, or a power law where the line crosses zero."""
-        x, y = np.asarray(units), np.maximum(times, self.time_floor)[None, :]
-        slope, intercept = _theil_sen(x, y)
+        (slope,), (intercept,), (exponent,), (log_scale,) = _line_and_power(
+            np.asarray(units), np.maximum(times, self.time_floor)[None, :]
+        )
         self.time_regime_[i] = 0
-        if intercept[0] >= 0:
+        if intercept >= 0:
             self.time_fit_[i] = "line"
-            self.time_line_[i], self.time_power_[i] = (slope[0], intercept[0]), 0.0
-            return
-        exponent = float(np.clip(_lines(np.log(x), np.log(y))[0][0], 0.0, 1.0))
-        scale = float(np.exp(np.log(y).mean() - exponent * np.log(x).mean()))
-        self.time_fit_[i] = "power"
-        self.time_line_[i], self.time_power_[i] = 0.0, (scale, exponent)
+            self.time_line_[i], self.time_power_[i] = (slope, intercept), 0.0
+        else:
+            self.time_fit_[i] = "power"
+            self.time_line_[i], self.time_power_[i] = 0.0, (np.exp(log_scale), exponent)
 
     @staticmethod
     def _fit_outputs(x: np.ndarray, row: list[OpCost]) -> np.ndarray:
@@ -315,19 +322,17 @@ class OpCostRegression:
             raise ValueError(f"batch size must be positive, got {batch_size}")
         b = float(batch_size)
         line = np.array([kind == "line" for kind in self.time_fit_])
+        units = np.array(
+            [
+                self.row_blockings_[op].batch_units(batch_size) if op in self.row_blockings_ else b
+                for op in self.ops_
+            ]
+        )  # what each op's time was fitted on (class docstring)
         times = np.where(
             line,
-            self.time_line_ @ [b, 1.0],
-            self.time_power_[:, 0] * b ** self.time_power_[:, 1],
+            self.time_line_[:, 0] * units + self.time_line_[:, 1],
+            self.time_power_[:, 0] * units ** self.time_power_[:, 1],
         )
-        for i, op in enumerate(self.ops_):
-            if op in self.row_blockings_:
-                units = self.row_blockings_[op].batch_units(batch_size)
-                times[i] = (
-                    self.time_line_[i] @ [units, 1.0]
-                    if line[i]
-                    else self.time_power_[i, 0] * units ** self.time_power_[i, 1]
-                )
         times = np.maximum(times, self.time_floor)
         temporary = _bytes(self.temporary_coef_, b)
         return {
