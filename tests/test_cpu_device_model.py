@@ -10,10 +10,13 @@ import pytest
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
 from tfplace.core.costgraph import CostGraph
 from tfplace.core.device_model import (
+    EXECUTOR_COST_DECAY,
+    EXPENSIVE_KERNEL_CYCLES,
     CpuCalibration,
     CpuProcessModel,
     cpu_kind,
     inline_ops,
+    least_cost_estimate,
     stored_matmul_row_blocks,
 )
 from tfplace.core.devices import DeviceSet
@@ -153,6 +156,41 @@ def test_a_kernel_found_cheap_runs_before_the_expensive_op_made_ready_with_it():
     steady = simulate(graph, on_cpu0, cpus(1), inline_ops=inline_ops(graph, 2e9), record=True)
     assert started(first_steps) == ["r", "a", "s", "t"]
     assert started(steady) == ["r", "s", "t", "a"]
+
+
+def executor_estimates(kernel_times: list[float], runs: int) -> np.ndarray:
+    """TensorFlow's executor's cost estimate after each of ``runs`` runs cycling through
+    ``kernel_times`` (seconds, the counter at 1 GHz), from its initial 10^8 cycles."""
+    estimate, estimates = 0.1, []
+    for run in range(runs):
+        estimate += (kernel_times[run % len(kernel_times)] - estimate) / EXECUTOR_COST_DECAY
+        estimates.append(estimate)
+    return np.array(estimates)
+
+
+def test_a_kernels_least_cost_estimate_is_the_least_the_executors_running_estimate_reaches():
+    kernel_times = [3.4e-6, 2.6e-6, 3.3e-6, 3.0e-6, 4.5e-6, 2.9e-6, 3.2e-6]
+    assert least_cost_estimate(kernel_times) == pytest.approx(
+        executor_estimates(kernel_times, 3000).min(), rel=1e-9
+    )
+
+
+def test_a_kernel_timed_above_the_threshold_by_its_median_runs_inline_once_its_estimate_dips_below():
+    # three fast runs in a row (a quiet moment) pull the estimate under 3,100 cycles (1 GHz)
+    kernel_times = [2.8e-6] * 3 + [3.3e-6] * 4
+    least = least_cost_estimate(kernel_times)
+    assert 2.8e-6 < least < 3.1e-6 < float(np.median(kernel_times))
+    graph = graph_from_edges(
+        [("a", "b", 8)], op_type={"a": "AddN", "b": "AddN"}, kernel_time={"a": least, "b": 3.3e-6}
+    )
+    assert inline_ops(graph, EXPENSIVE_KERNEL_CYCLES / 3.1e-6).tolist() == [True, False]
+
+
+def test_a_kernel_timed_once_or_always_the_same_has_that_time_as_its_least_estimate():
+    assert least_cost_estimate([2.5e-6]) == pytest.approx(2.5e-6)
+    assert least_cost_estimate([4e-6] * 30) == pytest.approx(4e-6)
+    with pytest.raises(ValueError, match="kernel_times must be a non-empty sequence of finite seconds"):
+        least_cost_estimate([])
 
 
 # Tensors handed over between the virtual CPUs of one process

@@ -48,8 +48,10 @@ Node attributes (one node per operation, keyed by the op's name)
     ``kernel_time`` (float or None, optional, version 4)
         Seconds of ``compute_time`` the op's kernels ran, without the executor's handling of the
         node (preparing inputs, passing outputs on): what TensorFlow's CPU executor times to learn
-        which kernels are cheap enough to run inline (:func:`tfplace.core.device_model.inline_ops`);
-        ``None`` when not measured (``compute_time`` stands for it).
+        which kernels are cheap enough to run inline (:func:`tfplace.core.device_model.inline_ops`),
+        over repeated runs the least its running estimate of them gets to
+        (:func:`tfplace.core.device_model.least_cost_estimate`); ``None`` when not measured
+        (``compute_time`` stands for it).
     ``gradient_of`` (str or None, optional, default ``None``)
         The forward op whose gradient this op computes (TensorFlow's ``gradients/<op>_grad/``
         scopes, :mod:`tfplace.core.gradients`); placers keep the two on one device unless told not to.

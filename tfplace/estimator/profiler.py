@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from tfplace.core.costgraph import AliasedOutput
+from tfplace.core.device_model import least_cost_estimate
 from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
 from tfplace.estimator.perturb import cost_factors, perturbation_seed
@@ -101,7 +102,7 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 8
+_PROFILE_FORMAT = 9
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
@@ -110,7 +111,9 @@ robust statistic over a number of steps chosen by their spread, with their stand
 steps kept and taken. 6: the errors (and so the number of steps) are measured between the even- and
 the odd-numbered steps. 7: costs record the time of the op's kernels alone. 8: observations a
 preemption of the op-running thread inflated are taken out
-(:func:`~tfplace.estimator.statistics.without_preemption`)."""
+(:func:`~tfplace.estimator.statistics.without_preemption`). 9: the kernel time is the least the
+executor's running estimate of it gets to (:func:`~tfplace.core.device_model.least_cost_estimate`),
+not the median."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,9 @@ class OpCost:
     ``aliased_outputs`` lists ``(slot, producer, producer_slot)`` for the output slots that are
     the buffer of the op's input ``producer:producer_slot`` (the cost graph's attribute of that
     name): the op allocates nothing for them. ``kernel_time`` is the part of ``compute_time`` its
-    kernels ran (the cost graph's attribute of that name), ``None`` when not measured.
+    kernels ran, by the least the executor's running estimate of it gets to over the repeats
+    (:func:`~tfplace.core.device_model.least_cost_estimate`; the cost graph's attribute of that
+    name), ``None`` when not measured.
     """
 
     compute_time: float
@@ -636,7 +641,7 @@ def _assemble(
         for op, traces in measured[b].traces.items():
             _, outputs, temporary = median_cost(traces)
             compute = measured[b].times[op][0]
-            kernel = statistics.median(trace.kernel_time for trace in traces)
+            kernel = least_cost_estimate([trace.kernel_time for trace in traces])
             aliases = shared_aliases(traces)
             per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), aliases, kernel)
         if missing or partial:

@@ -20,7 +20,6 @@ traces do not report keep their predictions, and so do the output slots they lea
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from absl import logging
 
 from tfplace.core.costgraph import CostGraph
+from tfplace.core.device_model import least_cost_estimate
 from tfplace.core.devices import DeviceName
 from tfplace.core.placement import Placement
 from tfplace.estimator.profiler import OpCost, median_cost
@@ -93,7 +93,7 @@ def measured_costs(
             temporary_bytes=temporary,
             persistent_bytes=guess.persistent_bytes,
             aliased_outputs=guess.aliased_outputs,
-            kernel_time=statistics.median(trace.kernel_time for trace in op_traces),
+            kernel_time=least_cost_estimate([trace.kernel_time for trace in op_traces]),
         )
     return costs, frozenset(traces)
 
