@@ -81,6 +81,7 @@ from typing import Any
 from absl import app, flags
 
 from tfplace.core.device_model import DEFAULT_CALIBRATION, stored_matmul_row_blocks
+from tfplace.estimator.statistics import STATISTICS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -97,10 +98,12 @@ flags.DEFINE_integer("warmup_steps", 2, "Untraced steps per batch size.")
 flags.DEFINE_integer("traced_steps", 5, "Fewest traced steps per batch size.")
 flags.DEFINE_integer("max_steps", 30, "Most traced steps per batch size (RepeatPolicy.max_steps).")
 flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
-flags.DEFINE_enum(
-    "statistic", "lower_mean", ["lower_mean", "trimmed_mean", "median"], "Per-op statistic over steps."
+flags.DEFINE_enum("statistic", "lower_quantile", list(STATISTICS), "Per-op statistic over steps.")
+flags.DEFINE_float(
+    "lower_fraction",
+    0.1,
+    "The quantile lower_quantile estimates; the fraction of the lowest times lower_mean averages.",
 )
-flags.DEFINE_float("lower_fraction", 0.1, "Fraction of the lowest times lower_mean averages.")
 flags.DEFINE_float("outlier_factor", 1.5, "Steps slower than this times the others' median are dropped.")
 flags.DEFINE_boolean(
     "preemption", True, "Take out op times a preemption inflated (RepeatPolicy.preemption; module docstring)."

@@ -28,7 +28,7 @@ whole-op placement split over the devices, ``auto``), the step is
   model.
 
 ``measured_s`` is the profiler's statistic of the steps of both sessions (:func:`step_statistic`,
-the mean of the lowest tenth): the simulated step is the sum of op times reduced that way, what
+the tenth quantile): the simulated step is the sum of op times reduced that way, what
 each op takes when nothing slows it, and the calibration's per-op overhead is measured against
 the fastest untraced steps; ``median_s`` and ``median_error`` give the median step beside it.
 ``noise`` is the difference of the two sessions' statistics: the same placement measured twice,
@@ -591,7 +591,7 @@ def recv_calls(run_metadata) -> int:
 
 def step_statistic(seconds: Sequence[float]) -> float:
     """The profiler's statistic (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s default, the
-    mean of the lowest tenth) of a session's step times: the simulated step is made of every op's
+    tenth quantile) of a session's step times: the simulated step is made of every op's
     time by that statistic, what the op takes when nothing else slows it; the measured step it is
     compared with is reduced the same way."""
     import numpy as np

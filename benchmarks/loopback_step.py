@@ -15,7 +15,7 @@ and prints side by side, per step:
   executor's ``tf_Compute`` threads against the gRPC threads (``event_engine``, the unnamed
   ``python`` threads of a worker) and the client's own, which tells whether a worker's ops or its
   RPC work take the extra time;
-- the profiler's statistic of every op's traced time (``lower_mean`` of ``--traced_steps`` traced
+- the profiler's statistic of every op's traced time (``lower_quantile`` of ``--traced_steps`` traced
   steps, as :mod:`tfplace.estimator.statistics` reduces a profile), summed per op type: whether
   the kernels themselves run slower in a worker;
 - with ``--payload_kib``, the minimum step fed, or fetching, a tensor of each size in-process and

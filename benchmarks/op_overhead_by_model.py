@@ -7,7 +7,7 @@ layers). This benchmark measures what each model's own step needs instead: for e
 (:func:`tfplace.estimator.calibration.op_chains`), in one fresh session under the profiler's
 config, ``--traced_steps`` consecutive ``FULL_TRACE`` steps (as the profiler takes them), then
 ``--warmup_steps`` untraced steps into the executor's steady state and ``--steps`` timed ones. It
-prints, with the mean of the lowest tenth on both sides (the profiler's statistic,
+prints, with the tenth quantile on both sides (the profiler's statistic,
 :func:`benchmarks.fidelity.step_statistic`):
 
 - the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,

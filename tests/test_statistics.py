@@ -97,12 +97,15 @@ def test_preemption_that_delays_most_repeats_of_an_op_moves_the_median_but_not_t
 
 
 def test_identical_repeats_have_no_error_and_one_repeat_none_either():
-    for statistic in ("median", "trimmed_mean", "lower_mean"):
+    for statistic in ("median", "trimmed_mean", "lower_mean", "lower_quantile"):
         assert split_half_error(np.full((2, 6), 3e-6), statistic, 0.25).tolist() == [0.0, 0.0]
         assert split_half_error(np.array([[1.0]]), statistic, 0.25).tolist() == [0.0]
 
 
-@pytest.mark.parametrize("statistic, fraction", [("median", 0.1), ("trimmed_mean", 0.1), ("lower_mean", 0.3)])
+@pytest.mark.parametrize(
+    "statistic, fraction",
+    [("median", 0.1), ("trimmed_mean", 0.1), ("lower_mean", 0.3), ("lower_quantile", 0.1)],
+)
 def test_the_split_half_error_matches_the_spread_of_the_statistic_over_samples(statistic, fraction):
     generator = np.random.default_rng(7)
     samples = generator.normal(1.0, 0.1, size=(4000, 20))
@@ -161,12 +164,46 @@ def test_the_policy_settings_are_json_ready_also_with_no_outlier_dropping():
     assert RepeatPolicy(outlier_factor=math.inf).settings()["outlier_factor"] == "inf"
 
 
+def test_the_lower_quantile_weighs_the_sorted_values_by_harrell_and_daviss_beta_probabilities():
+    from scipy.special import betainc
+
+    values = np.array([[3.0, 1.0, 2.0]])
+    weights = np.diff(betainc(0.1 * 4, 0.9 * 4, np.array([0, 1, 2, 3]) / 3))
+    assert location(values, "lower_quantile", lower_fraction=0.1)[0] == pytest.approx(
+        weights @ [1.0, 2.0, 3.0]
+    )
+    assert location(np.arange(1.0, 1001.0)[None, :], "lower_quantile", lower_fraction=0.1)[
+        0
+    ] == pytest.approx(100.5)
+
+
+def test_the_lower_quantile_moves_less_with_the_number_of_repeats_than_the_lower_mean():
+    """An op of 1 ms that noise only slows (exponential, mean 0.1 ms): profiles stop after a number of
+    steps that varies, and a statistic whose value depends on it biases the short ones."""
+    generator = np.random.default_rng(5)
+    true_quantile = 1.0 + 0.1 * -np.log(0.9)
+
+    def mean_over_profiles(statistic: str, steps: int) -> float:
+        samples = 1.0 + generator.exponential(0.1, size=(4000, steps))
+        return float(location(samples, statistic, lower_fraction=0.1).mean())
+
+    quantile_drift = mean_over_profiles("lower_quantile", 8) - mean_over_profiles("lower_quantile", 48)
+    mean_drift = mean_over_profiles("lower_mean", 8) - mean_over_profiles("lower_mean", 48)
+    assert 0 < quantile_drift < 0.6 * mean_drift
+    assert mean_over_profiles("lower_quantile", 48) == pytest.approx(true_quantile, abs=0.002)
+
+
 def test_a_missing_observation_is_left_out_of_every_statistic():
     values = np.array([[10.0, np.nan, 12.0, 11.0], [np.nan, np.nan, np.nan, np.nan]])
     assert location(values, "median")[0] == pytest.approx(11.0)
     assert location(values, "trimmed_mean", 0.0)[0] == pytest.approx(11.0)
     assert location(values, "lower_mean", lower_fraction=0.1)[0] == pytest.approx(10.5)
-    assert all(np.isnan(location(values, statistic)[1]) for statistic in ("median", "lower_mean"))
+    assert location(values, "lower_quantile")[0] == pytest.approx(
+        location(np.array([[10.0, 12.0, 11.0]]), "lower_quantile")[0]
+    )
+    assert all(
+        np.isnan(location(values, statistic)[1]) for statistic in ("median", "lower_mean", "lower_quantile")
+    )
     assert split_half_error(values, "lower_mean")[1] == 0.0
 
 

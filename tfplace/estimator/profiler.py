@@ -19,8 +19,8 @@ Measurement choices (each documented where it is made):
   a preemption of TensorFlow's thread inflated are taken out, told by the scheduler's accounting
   read around each step (:mod:`tfplace.estimator.thread_accounting`,
   :func:`~tfplace.estimator.statistics.without_preemption`); per op the
-  mean of the lowest tenth of the kept steps' times (preemption only adds time; or a trimmed mean
-  or the median), with its error measured between the even- and the odd-numbered steps
+  tenth quantile of the kept steps' times, by Harrell and Davis's estimator (preemption only adds
+  time; or the mean of the lowest tenth, a trimmed mean or the median), with its error measured between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
   weighted by time, is below a target at every batch size, or up to a most;
 - compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
@@ -514,7 +514,7 @@ def profile_graph(
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
     the others are dropped; per op a robust statistic of its time over the kept steps (by default the
-    mean of the lowest tenth), the median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
+    tenth quantile), the median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
     are listed in ``estimated_ops``.
 
     Parameters
@@ -540,7 +540,7 @@ def profile_graph(
     repeats : RepeatPolicy, optional
         The most traced steps, the target relative error, the statistic and the outlier factor
         (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
-        ``traced_steps``, a relative error of 1%, the mean of the lowest tenth).
+        ``traced_steps``, a relative error of 1%, the tenth quantile).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns
