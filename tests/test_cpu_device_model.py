@@ -334,9 +334,9 @@ def test_the_per_op_overhead_is_the_slope_of_untraced_minus_traced_steps():
 
 
 def test_the_traced_time_of_a_chain_leaves_out_each_ops_preempted_runs_even_when_no_step_was_quiet():
-    # every step had one op preempted (+9 us): the smallest traced sum is 12 us, the ops as the
-    # profiler takes them (its per-op statistic over the steps) 1 + 1 + 1 us
-    times = {"a": [10e-6] + [1e-6] * 9, "b": [1e-6, 10e-6] + [1e-6] * 8, "c": [1e-6] * 2 + [10e-6] * 8}
+    # every step had one op preempted (+9 us), each op in a third of the steps: the smallest traced
+    # sum is 12 us, the ops as the profiler takes them (its per-op statistic over the steps) 1 + 1 + 1 us
+    times = {op: [10e-6 if step % 3 == i else 1e-6 for step in range(30)] for i, op in enumerate("abc")}
     assert min(map(sum, zip(*times.values()))) == pytest.approx(12e-6)
     assert profiled_sum(times) == pytest.approx(3e-6)
 
