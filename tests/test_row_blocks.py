@@ -8,7 +8,13 @@ import pytest
 
 from tfplace.core.costgraph import CostGraph
 from tfplace.estimator.profiler import OpCost, ProfileSet
-from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings, matmul_variant, staircase_period
+from tfplace.estimator.row_blocks import (
+    RowBlocking,
+    matmul_row_blockings,
+    matmul_variant,
+    staircase_period,
+    voted_period,
+)
 
 # Minimum times (us) of a [m, 1024] x [768, 1024]^T product at m = 1..12 on this machine: over three
 # sessions (row_blocks.time_matmul_rows), then five single sessions (load 1-2); and of the same
@@ -49,6 +55,16 @@ def test_times_that_do_not_rise_or_one_jump_to_another_algorithm_have_block_one(
     assert staircase_period(list(np.linspace(2e-4, 1e-4, 12))) == 1
     assert staircase_period([111e-6] + [2138e-6 + 14e-6 * m for m in range(11)]) == 1
     assert staircase_period([1e-5, 2e-5, 3e-5, 4e-5, 5e-5]) == 1  # too few rows to see three steps
+
+
+def test_the_row_block_is_the_period_most_timings_found_and_one_without_a_majority():
+    assert voted_period([3, 1, 3]) == 3  # one calibration of two found 1 (session 10)
+    assert voted_period([1, 1, 3]) == 1
+    assert voted_period([3, 2, 1]) == 1
+    assert voted_period([2, 4]) == 1
+    assert voted_period([3]) == 3
+    with pytest.raises(ValueError, match="at least one timed period"):
+        voted_period([])
 
 
 def test_the_variant_names_the_transposes_set():

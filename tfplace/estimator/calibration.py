@@ -739,7 +739,8 @@ def calibrate_cpu(
     the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
-    The machine's ``MatMul`` row blocks (:func:`~tfplace.estimator.row_blocks.measure_matmul_row_blocks`).
+    The machine's ``MatMul`` row blocks, voted over three timings
+    (:func:`~tfplace.estimator.row_blocks.measure_matmul_row_blocks`).
 
     One thread per process is the default: with two on this 2-core machine, the small NMT's real
     step took 5.3 ms against 3.5 ms with one (ops handed to the other thread wait for it to wake),

@@ -17,6 +17,7 @@ reads each ``MatMul``'s rows from a profile.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -31,6 +32,7 @@ from tfplace.estimator.profiler import ProfileSet, profiling_config
 __all__ = [
     "FLOAT32_BYTES",
     "MATMUL_VARIANTS",
+    "ROW_BLOCK_TRIALS",
     "STAIRCASE_FIT",
     "STEP_SHARE",
     "TIMED_ROWS",
@@ -41,6 +43,7 @@ __all__ = [
     "staircase_period",
     "step_row_blockings",
     "time_matmul_rows",
+    "voted_period",
 ]
 
 MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul/transpose_a/transpose_b")
@@ -61,6 +64,11 @@ that happens to fit steps is a few percent of it."""
 TIMED_ROWS = 12
 """The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
 ``transpose_b`` product changed algorithm (729 us at 16 rows against 237-247 at 13-15)."""
+
+ROW_BLOCK_TRIALS = 3
+"""Independent timings a row block is voted from (:func:`voted_period`): of two ``tfplace
+calibrate`` runs a minute apart (session 10, load 1) one found ``transpose_b`` products in blocks
+of 1 row, the other and three separate timings in blocks of 3."""
 
 FLOAT32_BYTES = 4
 """Bytes of an element of the output: the staircase was measured on float32 products."""
@@ -211,9 +219,22 @@ def time_matmul_rows(
     return best
 
 
-def measure_matmul_row_blocks(rows: int = TIMED_ROWS) -> dict[str, int]:
-    """:func:`staircase_period` of :func:`time_matmul_rows` for each of :data:`MATMUL_VARIANTS`."""
+def voted_period(periods: Sequence[int]) -> int:
+    """The row block most of ``periods`` (each :func:`staircase_period` of one timing) found; 1 (no
+    staircase: the regression as without row blocks) when no period was found more often than
+    every other."""
+    if not periods:
+        raise ValueError("a row block needs at least one timed period")
+    counts = Counter(periods).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return 1
+    return counts[0][0]
+
+
+def measure_matmul_row_blocks(rows: int = TIMED_ROWS, trials: int = ROW_BLOCK_TRIALS) -> dict[str, int]:
+    """For each of :data:`MATMUL_VARIANTS`, the :func:`voted_period` of ``trials`` independent
+    timings (:func:`time_matmul_rows`, :func:`staircase_period`)."""
     return {
-        variant: staircase_period(time_matmul_rows(variant, rows=rows))
+        variant: voted_period([staircase_period(time_matmul_rows(variant, rows=rows)) for _ in range(trials)])
         for variant in track(MATMUL_VARIANTS, "MatMul row blocks")
     }
