@@ -469,7 +469,7 @@ def least_cost_estimate(kernel_times: Sequence[float]) -> float:
     threshold (``gradients/AddN_27`` among them): by the median of the traced kernel times it was
     3.95 MB in session 9's ``results/fidelity.csv`` against the allocator's 4.87 MB, and on one
     profile it fell from 4.87 to 3.99 MB when every kernel time was taken 1/0.85 times longer; by
-    this estimate it stays 4.87 MB up to 1/0.8 times longer, and in two fidelity runs every NMT
+    this estimate it stays 4.87 MB up to 1/0.8 times longer, and in five fidelity runs every NMT
     one-device row was within 0.1% (session 10)."""
     times = np.asarray(kernel_times, dtype=float)
     if times.ndim != 1 or times.size == 0 or not np.all(np.isfinite(times)):
