@@ -46,9 +46,8 @@ def test_measured_ops_take_the_median_of_the_traced_steps_their_kernels_least_co
     costs, measured = measured_costs(steps, predicted)
 
     assert measured == {"conv", "lowered_while"}
-    assert dataclasses.replace(costs["conv"], kernel_time=None) == OpCost(
-        5e-6, (800, 7), 60, 4000
-    )  # slot 1: predicted
+    conv = dataclasses.replace(costs["conv"], kernel_time=None)
+    assert conv == OpCost(5e-6, (800, 7), 60, 4000)  # slot 1 not reported: predicted
     assert costs["conv"].kernel_time == pytest.approx(least_cost_estimate([2e-6, 2.5e-6, 4.5e-6]))
     assert costs["lowered_while"].compute_time == pytest.approx(2e-6)
     assert costs["lowered_while"].output_sizes == (30, 40)  # only generated nodes ran: predicted slots

@@ -167,14 +167,11 @@ def test_the_policy_settings_are_json_ready_also_with_no_outlier_dropping():
 def test_the_lower_quantile_weighs_the_sorted_values_by_harrell_and_daviss_beta_probabilities():
     from scipy.special import betainc
 
-    values = np.array([[3.0, 1.0, 2.0]])
+    three = location(np.array([[3.0, 1.0, 2.0]]), "lower_quantile", lower_fraction=0.1)[0]
     weights = np.diff(betainc(0.1 * 4, 0.9 * 4, np.array([0, 1, 2, 3]) / 3))
-    assert location(values, "lower_quantile", lower_fraction=0.1)[0] == pytest.approx(
-        weights @ [1.0, 2.0, 3.0]
-    )
-    assert location(np.arange(1.0, 1001.0)[None, :], "lower_quantile", lower_fraction=0.1)[
-        0
-    ] == pytest.approx(100.5)
+    assert three == pytest.approx(weights @ [1.0, 2.0, 3.0])
+    thousand = location(np.arange(1.0, 1001.0)[None, :], "lower_quantile", lower_fraction=0.1)[0]
+    assert thousand == pytest.approx(100.5)
 
 
 def test_the_lower_quantile_moves_less_with_the_number_of_repeats_than_the_lower_mean():
