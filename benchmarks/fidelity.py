@@ -48,8 +48,8 @@ step, the most of either session's steps (since session 10; before, the median o
 ``allocator_peak_mb`` is each session's fourth step, as the executor runs the first steps of a
 session (every kernel not declared inexpensive goes through the thread pool, the order
 ``simulated_peak_mb`` follows: :data:`tfplace.core.device_model.INEXPENSIVE_KERNELS`);
-``steady_peak_mb`` is ``--steady_traces`` steps of each after the timed ones, once the executor runs inline every kernel it
-has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
+``steady_peak_mb`` is ``--steady_traces`` steps of each after the timed ones, once the executor
+runs inline every kernel it has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
 MB from step 120), the order ``simulated_steady_peak_mb`` follows (each op's profiled kernel time
 on the machine's cycle counter: :func:`tfplace.core.device_model.inline_ops`, :func:`cycle_counter_hz`).
 Both compare the device with the largest simulated peak.

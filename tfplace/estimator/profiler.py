@@ -20,7 +20,8 @@ Measurement choices (each documented where it is made):
   read around each step (:mod:`tfplace.estimator.thread_accounting`,
   :func:`~tfplace.estimator.statistics.without_preemption`); per op the
   tenth quantile of the kept steps' times, by Harrell and Davis's estimator (preemption only adds
-  time; or the mean of the lowest tenth, a trimmed mean or the median), with its error measured between the even- and the odd-numbered steps
+  time; or the mean of the lowest tenth, a trimmed mean or the median), with its error measured
+  between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
   weighted by time, is below a target at every batch size, or up to a most;
 - compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
@@ -514,8 +515,8 @@ def profile_graph(
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
     the others are dropped; per op a robust statistic of its time over the kept steps (by default the
-    tenth quantile), the median of its memory. Ops the fetches need that no trace reports get shape-based estimates and
-    are listed in ``estimated_ops``.
+    tenth quantile), the median of its memory. Ops the fetches need that no trace reports get
+    shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
     ----------

@@ -25,8 +25,9 @@ turns the repeats into one time per op that resists both, and says how many repe
     these quantiles 17.46, 17.37, 17.28, 17.26, 17.23, 17.24 ms (the NMT's 5.44 down to 5.25 ms);
     the profiler stops at a number of steps that varies with the model and the batch size, and
     the step it simulates is compared with steps reduced by the same statistic;
-  - ``"lower_mean"``: the mean of the lowest ``lower_fraction`` of the values (at
-    least two), the default before session 10. Chen and Revels (*Robust benchmarking in noisy environments*, HPEC 2016)
+  - ``"lower_mean"``: the mean of the lowest ``lower_fraction`` of the values (at least two),
+    the default before session 10. Chen and Revels (*Robust benchmarking in noisy environments*,
+    HPEC 2016)
     show the minimum to be the most robust estimator under such noise; a mean of the lowest few
     averages out the clock's jitter. On this 2-core machine at a load of 13, two measurements of
     Tensor Holography's step (batch 8, 30 steps each) differed by 3.5% weighted by time with it
