@@ -24,7 +24,8 @@ turns the repeats into one time per op that resists both, and says how many repe
     17.58, 17.43, 17.22, 17.12, 17.07, 16.95 ms (the NMT's 5.52 down to 5.09 ms, 8% apart),
     these quantiles 17.46, 17.37, 17.28, 17.26, 17.23, 17.24 ms (the NMT's 5.44 down to 5.25 ms);
     the profiler stops at a number of steps that varies with the model and the batch size, and
-    the step it simulates is compared with steps reduced by the same statistic;
+    the step it simulates is compared with steps reduced by the same statistic
+    (``benchmarks/statistic_vs_steps.py`` measures this);
   - ``"lower_mean"``: the mean of the lowest ``lower_fraction`` of the values (at least two),
     the default before session 10. Chen and Revels (*Robust benchmarking in noisy environments*,
     HPEC 2016)
