@@ -81,7 +81,7 @@ from typing import Any
 from absl import app, flags
 
 from tfplace.core.device_model import DEFAULT_CALIBRATION, stored_matmul_row_blocks
-from tfplace.estimator.statistics import STATISTICS
+from tfplace.estimator.statistics import STATISTICS, RepeatPolicy
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -98,11 +98,11 @@ flags.DEFINE_integer("warmup_steps", 2, "Untraced steps per batch size.")
 flags.DEFINE_integer("traced_steps", 5, "Fewest traced steps per batch size.")
 flags.DEFINE_integer("max_steps", 30, "Most traced steps per batch size (RepeatPolicy.max_steps).")
 flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
-flags.DEFINE_enum("statistic", "lower_quantile", list(STATISTICS), "Per-op statistic over steps.")
+flags.DEFINE_enum("statistic", RepeatPolicy().statistic, list(STATISTICS), "Per-op statistic over steps.")
 flags.DEFINE_float(
     "lower_fraction",
     0.1,
-    "The quantile lower_quantile estimates; the fraction of the lowest times lower_mean averages.",
+    "The quantile step_quantile and lower_quantile estimate; the fraction lower_mean averages.",
 )
 flags.DEFINE_float("outlier_factor", 1.5, "Steps slower than this times the others' median are dropped.")
 flags.DEFINE_boolean(

@@ -15,7 +15,7 @@ and prints side by side, per step:
   executor's ``tf_Compute`` threads against the gRPC threads (``event_engine``, the unnamed
   ``python`` threads of a worker) and the client's own, which tells whether a worker's ops or its
   RPC work take the extra time;
-- the profiler's statistic of every op's traced time (``lower_quantile`` of ``--traced_steps`` traced
+- the profiler's statistic of every op's traced time (``RepeatPolicy().statistic`` of ``--traced_steps`` traced
   steps, as :mod:`tfplace.estimator.statistics` reduces a profile), summed per op type: whether
   the kernels themselves run slower in a worker;
 - with ``--payload_kib``, the minimum step fed, or fetching, a tensor of each size in-process and
@@ -77,18 +77,19 @@ def op_type_times(graph, run_metadatas: Sequence) -> dict[str, float]:
     from tfplace.tf_graph.step_stats import node_compute_time
 
     policy = RepeatPolicy()
-    times: dict[str, list[float]] = defaultdict(list)
-    for metadata in run_metadatas:
+    ops = list(graph.get_operations())
+    row = {op.name: i for i, op in enumerate(ops)}
+    times = np.full((len(ops), len(run_metadatas)), np.nan)
+    for step, metadata in enumerate(run_metadatas):
         for dev_stats in metadata.step_stats.dev_stats:
             for node in dev_stats.node_stats:
-                times[node.node_name].append(node_compute_time(node))
+                if node.node_name in row:
+                    times[row[node.node_name], step] = node_compute_time(node)
+    ran = ~np.isnan(times).all(axis=1)
+    shares = location(times[ran], policy.statistic, policy.trim, policy.lower_fraction)
     by_type: dict[str, float] = defaultdict(float)
-    for op in graph.get_operations():
-        if op.name in times:
-            statistic = location(
-                np.asarray(times[op.name]), policy.statistic, policy.trim, policy.lower_fraction
-            )
-            by_type[op.type] += float(statistic)
+    for op, share in zip((op for op, kept in zip(ops, ran) if kept), shares):
+        by_type[op.type] += float(share)
     return dict(by_type)
 
 

@@ -649,19 +649,19 @@ def time_traced_and_untraced(
 
 
 def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
-    """The summed per-op statistic the profiler takes of each op's traced times (op -> seconds
-    of each traced step): a step's ops as profiled, each op's preempted runs left out even when
-    no step ran all of its ops unpreempted."""
+    """The summed op times the profiler takes of traced steps (op -> seconds in each traced step,
+    in step order): its statistic over the ops and steps together, as
+    :func:`~tfplace.estimator.profiler.time_statistics` reduces a profile."""
     from tfplace.estimator.profiler import TIME_FLOOR
     from tfplace.estimator.statistics import RepeatPolicy, location
 
     policy = RepeatPolicy()
-    return sum(
-        max(
-            float(location(np.asarray(seconds), policy.statistic, policy.trim, policy.lower_fraction)),
-            TIME_FLOOR,
-        )
-        for seconds in times.values()
+    steps = max((len(seconds) for seconds in times.values()), default=0)
+    matrix = np.full((len(times), steps), np.nan)
+    for row, seconds in enumerate(times.values()):
+        matrix[row, : len(seconds)] = seconds
+    return float(
+        np.maximum(location(matrix, policy.statistic, policy.trim, policy.lower_fraction), TIME_FLOOR).sum()
     )
 
 

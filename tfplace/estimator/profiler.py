@@ -18,9 +18,11 @@ Measurement choices (each documented where it is made):
   size, not one); a step much slower than the others at its batch size is dropped; the op times
   a preemption of TensorFlow's thread inflated are taken out, told by the scheduler's accounting
   read around each step (:mod:`tfplace.estimator.thread_accounting`,
-  :func:`~tfplace.estimator.statistics.without_preemption`); per op the
-  tenth quantile of the kept steps' times, by Harrell and Davis's estimator (preemption only adds
-  time; or the mean of the lowest tenth, a trimmed mean or the median), with its error measured
+  :func:`~tfplace.estimator.statistics.without_preemption`); per op its share of the tenth
+  quantile of the kept steps, by Harrell and Davis's estimator over the steps ranked by their
+  summed op times, so that the op times add up to that quantile of the steps (preemption only
+  adds time; or each op's own tenth quantile, the mean of its lowest tenth, a trimmed mean or the
+  median: :func:`~tfplace.estimator.statistics.location`), with its error measured
   between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
   weighted by time, is below a target at every batch size, or up to a most;
@@ -514,8 +516,8 @@ def profile_graph(
     One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
-    the others are dropped; per op a robust statistic of its time over the kept steps (by default the
-    tenth quantile), the median of its memory. Ops the fetches need that no trace reports get
+    the others are dropped; per op a robust statistic of its time over the kept steps (by default its
+    share of the steps' tenth quantile), the median of its memory. Ops the fetches need that no trace reports get
     shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
@@ -541,7 +543,7 @@ def profile_graph(
     repeats : RepeatPolicy, optional
         The most traced steps, the target relative error, the statistic and the outlier factor
         (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
-        ``traced_steps``, a relative error of 1%, the tenth quantile).
+        ``traced_steps``, a relative error of 1%, the steps' tenth quantile).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns
