@@ -594,17 +594,13 @@ def recv_calls(run_metadata) -> int:
 
 
 def step_statistic(seconds: Sequence[float]) -> float:
-    """The profiler's statistic (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s default, the
-    tenth quantile) of a session's step times: the simulated step is made of every op's
-    time by that statistic, what the op takes when nothing else slows it; the measured step it is
-    compared with is reduced the same way."""
-    import numpy as np
+    """The profiler's statistic of a session's step times
+    (:func:`tfplace.estimator.calibration.step_statistic`, the tenth quantile): the simulated step
+    is made of op times that add up to that quantile of the profiled steps, and ``tfplace
+    calibrate``'s per-op overhead is measured against untraced steps reduced the same way."""
+    from tfplace.estimator.calibration import step_statistic as statistic_of_steps
 
-    from tfplace.estimator.statistics import RepeatPolicy, location
-
-    policy = RepeatPolicy()
-    values = np.asarray(seconds, dtype=float)[None, :]
-    return float(location(values, policy.statistic, policy.trim, policy.lower_fraction)[0])
+    return statistic_of_steps(seconds)
 
 
 def finish_row(row: dict[str, Any]) -> None:

@@ -162,7 +162,7 @@ def test_untraced_steps_are_timed_back_to_back_after_one_untimed_step_of_their_o
 
     session = ClockedSession([5.0, 2.0, 1.0])  # the first step follows another graph's: slow
     monkeypatch.setattr(calibration.time, "perf_counter", session.now)
-    assert calibration.back_to_back_seconds(session, "train", steps=2) == 1.0
+    assert calibration.back_to_back_seconds(session, "train", steps=2) == [2.0, 1.0]
     assert session.runs == 3
     with pytest.raises(ValueError, match="steps must be at least 1"):
         calibration.back_to_back_seconds(session, "train", steps=0)

@@ -21,7 +21,13 @@ from tfplace.core.device_model import (
 )
 from tfplace.core.devices import DeviceSet
 from tfplace.core.transfer import TransferModel
-from tfplace.estimator.calibration import fit_op_overhead, handoff_on_threads, pooled_fits, profiled_sum
+from tfplace.estimator.calibration import (
+    fit_op_overhead,
+    handoff_on_threads,
+    pooled_fits,
+    pooled_links,
+    profiled_sum,
+)
 from tfplace.simulator import simulate
 
 HAND_OFF = TransferModel(k=0.0, b=5e-6, name="hand-off")
@@ -369,3 +375,18 @@ def test_a_step_never_costs_less_than_its_ops_so_a_negative_intercept_goes_throu
     assert step_overhead == 0.0 and op_overhead == pytest.approx(
         (-0.5e-4 * 100 - 0.4e-4 * 200) / (100**2 + 200**2)
     )
+
+
+def test_pooled_links_take_each_parameters_median_so_one_fit_in_a_busy_moment_does_not_set_them():
+    quiet = [
+        TransferModel(k=0.5e-9, b=250e-6, name="loopback", copy_k=0.3e-9, copy_b=85e-6),
+        TransferModel(k=0.6e-9, b=260e-6, name="other", copy_k=0.3e-9, copy_b=90e-6),
+    ]
+    busy = TransferModel(k=0.5e-9, b=413e-6, name="busy", copy_k=0.4e-9, copy_b=164e-6)
+    pooled = pooled_links([quiet[0], busy, quiet[1]])
+    assert (pooled.b, pooled.copy_b, pooled.k, pooled.copy_k) == pytest.approx(
+        (260e-6, 90e-6, 0.5e-9, 0.3e-9)
+    )
+    assert pooled.name == "loopback"
+    with pytest.raises(ValueError, match="at least one"):
+        pooled_links([])

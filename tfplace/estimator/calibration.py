@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_CHAIN_OPS",
     "DEFAULT_COUNTS",
     "DEFAULT_FITS",
+    "DEFAULT_LINK_FITS",
     "DEFAULT_SIZES",
     "STEADY_STATE_STEPS",
     "WARM_STEPS",
@@ -61,10 +62,12 @@ __all__ = [
     "op_chains",
     "overhead_per_host",
     "pooled_fits",
+    "pooled_links",
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
     "slope_per_count",
+    "step_statistic",
     "time_concurrent_transfers",
     "time_step_overheads",
     "time_traced_and_untraced",
@@ -93,6 +96,9 @@ DEFAULT_FITS = 5
 One fit of :data:`DEFAULT_CHAIN_OPS` (20 repeats) scattered by 0.2-0.3 us per op on virtual CPUs
 and 0.65 us on loopback between five calibrations in one run at load 3-6, and by 0.2 / 0.56 us
 between two on the quiet machine; the NMT's 3,870 ops of 1-2 us miss by that much."""
+
+DEFAULT_LINK_FITS = 3
+"""Independent fits of the loopback link :func:`calibrate_local_cluster` pools (:func:`pooled_links`)."""
 
 _OPS_PER_LAYER = 30
 """About the ops of one layer of :func:`_op_chain`'s training step (forward, gradient, update)."""
@@ -257,13 +263,13 @@ def _time_differences(
 
 def back_to_back_seconds(
     session: Any, fetch: Any, feeds: Mapping[str, Any] | None = None, steps: int = WARM_STEPS
-) -> float:
-    """The least of ``steps`` steps of ``session`` timed back to back after one untimed step, as a
+) -> list[float]:
+    """The seconds of ``steps`` steps of ``session`` timed back to back after one untimed step, as a
     training job runs them (:data:`WARM_STEPS`)."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     session.run(fetch, feeds)
-    return min(_timed(session, fetch, feeds) for _ in range(steps))
+    return [_timed(session, fetch, feeds) for _ in range(steps)]
 
 
 def _item(item: tuple[int, Any]) -> str:
@@ -401,7 +407,7 @@ def calibrate_copy_cpu(
     config: Any = None,
     size: int = 2**26,
     count: int = 200,
-    repeats: int = 5,
+    repeats: int = 15,
 ) -> tuple[float, float]:
     """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
 
@@ -412,7 +418,8 @@ def calibrate_copy_cpu(
     ``repeats`` steps that send one tensor of ``size`` bytes, then ``count`` tensors of 1 KiB,
     each against as many steps doing the same work without sending, and solves
     ``cpu = copy_b * tensors + copy_k * bytes`` per process. CPU time, unlike wall-clock time,
-    hardly changes when other processes share the machine. Linux only (``/proc``).
+    hardly changes when other processes share the machine. Linux only (``/proc``). The kernel
+    counts it in ticks of 10 ms: 5 repeats of 200 tensors came to about 20 ticks, 15 to 60.
 
     Returns
     -------
@@ -465,26 +472,51 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def calibrate_local_cluster(
-    cluster: Any, memory: int, *, repeats: int = 30, counts: Sequence[int] | None = None
+    cluster: Any,
+    memory: int,
+    *,
+    repeats: int = 30,
+    counts: Sequence[int] | None = None,
+    fits: int = DEFAULT_LINK_FITS,
 ) -> DeviceSet:
     """The devices of a :class:`~tfplace.tf_graph.cluster.LocalCluster` with every cost calibrated.
 
     One CPU device per worker, each of ``memory`` bytes, linked by the loopback gRPC link fitted by
     :func:`calibrate_transfer` between the first two workers, whose per-tensor and per-byte CPU on
     each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``) the simulator
-    charges to the devices; the per-worker step overhead of :func:`calibrate_step_overhead`; and the
-    machine's cores, which the workers share. A cluster of one worker gets only the overhead.
+    charges to the devices, each the median of ``fits`` fits (:func:`pooled_links`); the
+    per-worker step overhead of :func:`calibrate_step_overhead`; and the machine's cores, which the
+    workers share. A cluster of one worker gets only the overhead.
     """
+    if fits < 1:
+        raise ValueError(f"fits must be at least 1, got {fits}")
     names = [cluster.device(task) for task in range(cluster.num_workers)]
     devices = tuple(Device(name, memory) for name in names)
     overhead = calibrate_step_overhead(names, target=cluster.target)
     cores = os.cpu_count() or 0
     if len(names) < 2:
         return DeviceSet(devices, step_overhead=overhead, cores=cores)
-    link = calibrate_transfer(names[0], names[1], target=cluster.target, repeats=repeats, counts=counts)
-    copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
-    link = dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b))
-    return DeviceSet(devices, inter_host=link, step_overhead=overhead, cores=cores)
+    links = []
+    for _ in range(fits):
+        link = calibrate_transfer(names[0], names[1], target=cluster.target, repeats=repeats, counts=counts)
+        copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
+        links.append(dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b)))
+    return DeviceSet(devices, inter_host=pooled_links(links), step_overhead=overhead, cores=cores)
+
+
+def pooled_links(links: Sequence[TransferModel]) -> TransferModel:
+    """The median of each parameter of several fits of one link (the first fit's name).
+
+    Fits of the loopback gRPC link a minute apart read ``b`` 252 and 413 us and ``copy_b`` 164
+    and 105 us (session 11, against 245-319 and 80-95 us in four calibrations before), and a
+    split's simulated step on that link moves with them by a third: one fit in a busy moment
+    must not set them (as :func:`pooled_fits` for the per-op overhead).
+    """
+    if not links:
+        raise ValueError("pooling link fits needs at least one fit")
+    fields = ("k", "b", "latency", "copy_k", "copy_b")
+    medians = {name: float(np.median([getattr(link, name) for link in links])) for name in fields}
+    return dataclasses.replace(links[0], **medians)
 
 
 def handoff_per_tensor(
@@ -595,15 +627,14 @@ def time_traced_and_untraced(
     its step once untimed, so that every timed step follows a step of its own graph, as in a
     training job (:data:`WARM_STEPS`).
 
-    Each op's traced time is the profiler's statistic of its ``repeats`` times
-    (:func:`~tfplace.estimator.statistics.location` of the default
-    :class:`~tfplace.estimator.statistics.RepeatPolicy`, at least
-    :data:`~tfplace.estimator.profiler.TIME_FLOOR`), the untraced step the smallest of its
-    ``repeats``: both what the step takes when no other process preempts it. The smallest traced
-    *sum* instead needs one step with none of its ops preempted: on a busy machine no step of
-    1,800 ops has that, so longer chains summed more preemption and the per-op overhead came out
-    negative (-0.2 us; the traced sum of 1,779 records 1.62 ms in one run, 1.38 ms in the next,
-    against 1.41 ms untraced)."""
+    The traced ops' times are reduced by the profiler's statistic over the ops and the
+    ``repeats`` steps together (:func:`profiled_sum`), the untraced steps (``WARM_STEPS`` per
+    turn) by the same statistic of whole steps (:func:`step_statistic`): both the tenth quantile
+    of the steps, what a step takes when nothing slows it, as ``benchmarks/fidelity.py`` compares
+    them. (Each op's own quantile summed 10-18% below every traced step of the chains, and until
+    session 10 the untraced step was the smallest of its repeats; the smallest traced *sum*
+    instead needs one step with none of its ops preempted, which on a busy machine a step of
+    1,800 ops never has.)"""
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
@@ -644,8 +675,20 @@ def time_traced_and_untraced(
                 records[i] = len(nodes)
                 for node in nodes:
                     traced[i].setdefault(node.node_name, []).append(node_compute_time(node))
-                untraced[i].append(seconds)
-    return [(count, profiled_sum(t), min(u)) for count, t, u in zip(records, traced, untraced)]
+                untraced[i].extend(seconds)
+    return [(count, profiled_sum(t), step_statistic(u)) for count, t, u in zip(records, traced, untraced)]
+
+
+def step_statistic(seconds: Sequence[float]) -> float:
+    """The profiler's statistic of whole steps' times (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s
+    default, the tenth quantile): what an untraced step takes when nothing slows it, reduced as the
+    traced steps' op times are (:func:`profiled_sum`) and as ``benchmarks/fidelity.py`` reduces the
+    real steps it compares the simulated one with."""
+    from tfplace.estimator.statistics import RepeatPolicy, location
+
+    policy = RepeatPolicy()
+    values = np.asarray(seconds, dtype=float)[None, :]
+    return float(location(values, policy.statistic, policy.trim, policy.lower_fraction)[0])
 
 
 def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
