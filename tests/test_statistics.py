@@ -282,9 +282,17 @@ def test_the_step_quantile_of_one_op_is_its_own_harrell_davis_quantile():
     assert location(values[0], "step_quantile") == pytest.approx(location(values, "lower_quantile")[0])
 
 
-def test_the_step_quantile_ranks_a_step_missing_an_op_with_that_ops_own_quantile_and_skips_it():
+def test_the_step_quantile_counts_an_op_missing_from_a_step_at_its_own_quantile():
     """Op b's run in the third step was preempted (NaN): that step's total counts b at its own
-    quantile, 2.0, so the third step (a = 1.0) is still the quietest; b's time is over its others."""
+    quantile, 2.0, so the steps' totals are a's times plus 2 and the scale is exactly 1."""
     values = np.array([[1.5, 1.6, 1.0, 1.7], [2.0, 2.0, np.nan, 2.0]])
     a, b = location(values, "step_quantile", lower_fraction=0.1)
-    assert a < 1.2 and b == pytest.approx(2.0)
+    assert a == pytest.approx(location(values[:1], "lower_quantile", lower_fraction=0.1)[0])
+    assert b == pytest.approx(2.0)
+
+
+def test_the_step_quantile_keeps_each_ops_own_quantile_up_to_one_common_factor():
+    generator = np.random.default_rng(6)
+    steps = np.linspace(1.0, 50.0, 50)[:, None] * (1.0 + generator.exponential(0.2, size=(50, 17)))
+    ratio = location(steps, "step_quantile") / location(steps, "lower_quantile")
+    assert ratio == pytest.approx(np.full(50, ratio[0])) and ratio[0] > 1.0
