@@ -514,9 +514,18 @@ def pooled_links(links: Sequence[TransferModel]) -> TransferModel:
     """
     if not links:
         raise ValueError("pooling link fits needs at least one fit")
-    fields = ("k", "b", "latency", "copy_k", "copy_b")
-    medians = {name: float(np.median([getattr(link, name) for link in links])) for name in fields}
-    return dataclasses.replace(links[0], **medians)
+
+    def median(field: str) -> float:
+        return float(np.median([getattr(link, field) for link in links]))
+
+    return dataclasses.replace(
+        links[0],
+        k=median("k"),
+        b=median("b"),
+        latency=median("latency"),
+        copy_k=median("copy_k"),
+        copy_b=median("copy_b"),
+    )
 
 
 def handoff_per_tensor(
