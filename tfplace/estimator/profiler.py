@@ -18,11 +18,11 @@ Measurement choices (each documented where it is made):
   size, not one); a step much slower than the others at its batch size is dropped; the op times
   a preemption of TensorFlow's thread inflated are taken out, told by the scheduler's accounting
   read around each step (:mod:`tfplace.estimator.thread_accounting`,
-  :func:`~tfplace.estimator.statistics.without_preemption`); per op its share of the tenth
-  quantile of the kept steps, by Harrell and Davis's estimator over the steps ranked by their
-  summed op times, so that the op times add up to that quantile of the steps (preemption only
-  adds time; or each op's own tenth quantile, the mean of its lowest tenth, a trimmed mean or the
-  median: :func:`~tfplace.estimator.statistics.location`), with its error measured
+  :func:`~tfplace.estimator.statistics.without_preemption`); per op the tenth quantile of the
+  kept steps' times by Harrell and Davis's estimator, all ops scaled by one factor so that they
+  add up to that quantile of the steps (preemption only adds time; or each op's own quantile
+  unscaled, the mean of its lowest tenth, a trimmed mean or the median:
+  :func:`~tfplace.estimator.statistics.location`), with its error measured
   between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
   weighted by time, is below a target at every batch size, or up to a most;
@@ -517,7 +517,7 @@ def profile_graph(
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
     the others are dropped; per op a robust statistic of its time over the kept steps (by default its
-    share of the steps' tenth quantile), the median of its memory. Ops the fetches need that no trace reports get
+    tenth quantile, scaled to add up to the steps'), the median of its memory. Ops the fetches need that no trace reports get
     shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
