@@ -15,9 +15,9 @@ and prints side by side, per step:
   executor's ``tf_Compute`` threads against the gRPC threads (``event_engine``, the unnamed
   ``python`` threads of a worker) and the client's own, which tells whether a worker's ops or its
   RPC work take the extra time;
-- the profiler's statistic of every op's traced time (``RepeatPolicy().statistic`` of ``--traced_steps`` traced
-  steps, as :mod:`tfplace.estimator.statistics` reduces a profile), summed per op type: whether
-  the kernels themselves run slower in a worker;
+- the profiler's statistic of every op's traced time (``RepeatPolicy().statistic`` of
+  ``--traced_steps`` traced steps, as :mod:`tfplace.estimator.statistics` reduces a profile),
+  summed per op type: whether the kernels themselves run slower in a worker;
 - with ``--payload_kib``, the minimum step fed, or fetching, a tensor of each size in-process and
   on the worker: what a model's feeds cost (session 7, load 3-8: fed 16 against 384 KiB, 0.50-0.56
   against 0.71-0.72 ms on the worker, 0.14-0.19 against 0.14-0.15 ms in-process; Tensor Holography

@@ -689,10 +689,11 @@ def time_traced_and_untraced(
 
 
 def step_statistic(seconds: Sequence[float]) -> float:
-    """The profiler's statistic of whole steps' times (:class:`~tfplace.estimator.statistics.RepeatPolicy`'s
-    default, the tenth quantile): what an untraced step takes when nothing slows it, reduced as the
-    traced steps' op times are (:func:`profiled_sum`) and as ``benchmarks/fidelity.py`` reduces the
-    real steps it compares the simulated one with."""
+    """The profiler's statistic of whole steps' times (the default
+    :class:`~tfplace.estimator.statistics.RepeatPolicy`'s, the tenth quantile): what an untraced
+    step takes when nothing slows it, reduced as the traced steps' op times are
+    (:func:`profiled_sum`) and as ``benchmarks/fidelity.py`` reduces the real steps it compares the
+    simulated one with."""
     from tfplace.estimator.statistics import RepeatPolicy, location
 
     policy = RepeatPolicy()

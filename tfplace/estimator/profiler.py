@@ -516,9 +516,9 @@ def profile_graph(
     One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
     rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
-    the others are dropped; per op a robust statistic of its time over the kept steps (by default its
-    tenth quantile, scaled to add up to the steps'), the median of its memory. Ops the fetches need that no trace reports get
-    shape-based estimates and are listed in ``estimated_ops``.
+    the others are dropped; per op a robust statistic of its time over the kept steps (by default
+    its tenth quantile, scaled to add up to the steps'), the median of its memory. Ops the fetches
+    need that no trace reports get shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
     ----------

@@ -25,9 +25,9 @@ turns the repeats into one time per op that resists both, and says how many repe
     of the Transformer, Tensor Holography and Inception V3 on virtual CPUs were 4.7-8.8% under
     the measured ones; with the ops adding up to the steps' quantile, in the run beside it,
     -4.1% to +1.7%;
-  - ``"lower_quantile"`` (the default in session 10): the ``lower_fraction`` quantile of the op's time, by
-    Harrell and Davis's estimator (*A new distribution-free quantile estimator*, Biometrika 69,
-    1982): every sorted value weighted by the Beta(q(n+1), (1-q)(n+1)) probability of its slot,
+  - ``"lower_quantile"`` (the default in session 10): the ``lower_fraction`` quantile of the
+    op's time, by Harrell and Davis's estimator (*A new distribution-free quantile estimator*,
+    Biometrika 69, 1982): every sorted value weighted by the Beta(q(n+1), (1-q)(n+1)) probability of its slot,
     whose expectation is close to the quantile at any number of values ``n``. Another process
     taking the core, a cache or memory-bandwidth contender, an interrupt: each only adds time to
     an op, so the noise is one-sided and the lower tail is what the op itself costs. A mean of
@@ -141,8 +141,8 @@ class RepeatPolicy:
     trim : float
         Fraction cut from each end for ``"trimmed_mean"``, in ``[0, 0.5)``.
     lower_fraction : float
-        The quantile ``"step_quantile"`` and ``"lower_quantile"`` estimate, and the fraction of the lowest values
-        ``"lower_mean"`` averages (at least two), in ``(0, 1]``.
+        The quantile ``"step_quantile"`` and ``"lower_quantile"`` estimate, and the fraction of
+        the lowest values ``"lower_mean"`` averages (at least two), in ``(0, 1]``.
     outlier_factor : float
         A step slower than this times the median of the other steps at its batch size is dropped
         (:func:`kept_steps`); ``math.inf`` keeps every step.
