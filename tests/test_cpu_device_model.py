@@ -10,6 +10,7 @@ import pytest
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
 from tfplace.core.costgraph import CostGraph
 from tfplace.core.device_model import (
+    CALIBRATION_FORMAT,
     EXECUTOR_COST_DECAY,
     EXPENSIVE_KERNEL_CYCLES,
     CpuCalibration,
@@ -321,6 +322,22 @@ def test_the_stored_matmul_row_blocks_are_the_calibrations_or_none_without_a_fil
 def test_a_matmul_row_block_below_one_is_refused():
     with pytest.raises(ValueError, match="row blocks are at least 1"):
         dataclasses.replace(CALIBRATION, matmul_row_blocks={"MatMul": 0})
+
+
+def test_a_calibration_of_an_older_format_reads_with_a_warning_to_calibrate_again(tmp_path):
+    spec = CALIBRATION.to_dict()
+    del spec["format"]  # written before session 11
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(spec))
+    with pytest.warns(UserWarning, match="format 1: .* run tfplace calibrate again"):
+        assert CpuCalibration.load(path) == CALIBRATION
+
+
+def test_a_calibration_of_a_newer_format_is_refused_naming_both_formats(tmp_path):
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps({**CALIBRATION.to_dict(), "format": CALIBRATION_FORMAT + 1}))
+    with pytest.raises(ValueError, match=f"format {CALIBRATION_FORMAT + 1}.*format {CALIBRATION_FORMAT}"):
+        CpuCalibration.load(path)
 
 
 def test_reading_a_missing_or_malformed_calibration_says_what_to_do(tmp_path):

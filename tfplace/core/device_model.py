@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
 __all__ = [
+    "CALIBRATION_FORMAT",
     "CPU_KINDS",
     "DEFAULT_CALIBRATION",
     "DEVICE_MODELS",
@@ -222,6 +224,13 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
+CALIBRATION_FORMAT = 2
+"""Version of a stored :class:`CpuCalibration`. 2 (session 11): the per-op overhead is measured
+against traced op times that add up to the steps' tenth quantile and untraced steps reduced by
+that quantile, as profiles and real steps are now reduced. A file without a format (1) measured it
+against each op's own quantile and the least untraced step, about 0.05-0.1 us per op apart: it is
+read with a warning to calibrate again."""
+
 CPU_KINDS = ("virtual", "loopback")
 """The kinds of CPU devices :class:`CpuCalibration` models: ``"virtual"``, the CPUs of one
 process (``/device:CPU:i``, a session's ``device_count``), and ``"loopback"``, one CPU per worker
@@ -369,6 +378,7 @@ class CpuCalibration:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "format": CALIBRATION_FORMAT,
             "machine": self.machine,
             "cores": self.cores,
             "processes": {kind: model.to_dict() for kind, model in self.processes.items()},
@@ -392,13 +402,30 @@ class CpuCalibration:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CpuCalibration:
-        """Read a calibration :meth:`save` wrote; a missing or malformed file is a clear error."""
+        """Read a calibration :meth:`save` wrote; a missing or malformed file, or one of a newer
+        :data:`CALIBRATION_FORMAT`, is a clear error, and one of an older format a warning."""
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
+            document = json.loads(Path(path).read_text())
+            calibration = cls.from_dict(document)
         except FileNotFoundError:
             raise ValueError(f"no CPU calibration at {path}: run tfplace calibrate first") from None
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed CPU calibration {path}: {error}") from None
+        stored = document.get("format", 1)
+        if not isinstance(stored, int):
+            raise ValueError(f"malformed CPU calibration {path}: format {stored!r} is not a number")
+        if stored > CALIBRATION_FORMAT:
+            raise ValueError(
+                f"CPU calibration {path} has format {stored}, made by a newer tfplace than this one "
+                f"(format {CALIBRATION_FORMAT}): run tfplace calibrate with this version"
+            )
+        if stored < CALIBRATION_FORMAT:
+            warnings.warn(
+                f"CPU calibration {path} has format {stored}: its per-op overhead was measured against "
+                f"profiles reduced another way; run tfplace calibrate again",
+                stacklevel=2,
+            )
+        return calibration
 
 
 def stored_matmul_row_blocks(path: str | os.PathLike[str] | None) -> dict[str, int]:
