@@ -27,10 +27,11 @@ whole-op placement split over the devices, ``auto``), the step is
   machine's shared cores, and the calibrated link of the device kind. No factor is fitted to any
   model.
 
-``measured_s`` is the profiler's statistic of the steps of both sessions (:func:`step_statistic`,
-the tenth quantile): the simulated step is the sum of op times reduced that way, what
-each op takes when nothing slows it, and the calibration's per-op overhead is measured against
-the fastest untraced steps; ``median_s`` and ``median_error`` give the median step beside it.
+``measured_s`` is the profiler's statistic of the steps of both sessions
+(:func:`tfplace.estimator.calibration.step_statistic`, the tenth quantile): the simulated step
+is made of op times that add up to that quantile of the profiled steps, what a step takes when
+nothing slows it, and the calibration's per-op overhead is measured against untraced steps
+reduced the same way; ``median_s`` and ``median_error`` give the median step beside it.
 ``noise`` is the difference of the two sessions' statistics: the same placement measured twice,
 the noise floor below which the simulator's error means nothing. ``simulated_transfers`` counts the
 simulated step's transfers between devices (tensors, and on loopback control messages; a small
@@ -79,6 +80,7 @@ from typing import Any
 from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
+from tfplace.estimator.calibration import step_statistic
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "inception_v3"], "Models to run.")
@@ -591,16 +593,6 @@ def recv_calls(run_metadata) -> int:
     return sum(
         node.node_name == "RecvTensor" for dev in run_metadata.step_stats.dev_stats for node in dev.node_stats
     )
-
-
-def step_statistic(seconds: Sequence[float]) -> float:
-    """The profiler's statistic of a session's step times
-    (:func:`tfplace.estimator.calibration.step_statistic`, the tenth quantile): the simulated step
-    is made of op times that add up to that quantile of the profiled steps, and ``tfplace
-    calibrate``'s per-op overhead is measured against untraced steps reduced the same way."""
-    from tfplace.estimator.calibration import step_statistic as statistic_of_steps
-
-    return statistic_of_steps(seconds)
 
 
 def finish_row(row: dict[str, Any]) -> None:

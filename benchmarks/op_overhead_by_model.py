@@ -7,8 +7,9 @@ layers). This benchmark measures what each model's own step needs instead: for e
 (:func:`tfplace.estimator.calibration.op_chains`), in one fresh session under the profiler's
 config, ``--traced_steps`` consecutive ``FULL_TRACE`` steps (as the profiler takes them), then
 ``--warmup_steps`` untraced steps into the executor's steady state and ``--steps`` timed ones. It
-prints, with the tenth quantile on both sides (the profiler's statistic,
-:func:`benchmarks.fidelity.step_statistic`):
+prints, with the profiler's statistic on both sides (the tenth quantile of the untraced steps,
+:func:`tfplace.estimator.calibration.step_statistic`, against the traced op times reduced as a
+profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
 
 - the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,
   what profiles store) and by the kernel's alone (``op_start_rel`` .. ``op_end_rel``);
@@ -23,6 +24,7 @@ machine, after ``tfplace calibrate``:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -30,7 +32,8 @@ from typing import Any
 
 from absl import app, flags
 
-from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile, step_statistic
+from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile
+from tfplace.estimator.calibration import profiled_sum, step_statistic
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
 flags.DEFINE_integer("traced_steps", 30, "Consecutive FULL_TRACE steps first.")
@@ -65,13 +68,13 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
             untraced.append(time.perf_counter() - start)
     steps = profile.traces
     traced = sorted({op for step in steps for op in step})
-    node = [[step[op].compute_time for step in steps if op in step] for op in traced]
-    kernel = [[step[op].kernel_time for step in steps if op in step] for op in traced]
+    node = {op: [step[op].compute_time if op in step else math.nan for step in steps] for op in traced}
+    kernel = {op: [step[op].kernel_time if op in step else math.nan for step in steps] for op in traced}
     return {
         "ops": len(traced),
         "untraced": step_statistic(untraced),
-        "node": float(sum(step_statistic(times) for times in node)),
-        "kernel": float(sum(step_statistic(times) for times in kernel)),
+        "node": profiled_sum(node),
+        "kernel": profiled_sum(kernel),
     }
 
 
