@@ -14,7 +14,10 @@ profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
 - the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,
   what profiles store) and by the kernel's alone (``op_start_rel`` .. ``op_end_rel``);
 - per op, the untraced step minus the calibrated step overhead minus each sum, over the ops: the
-  per-op overhead that model's step would need; for the chains also the slope between the two.
+  per-op overhead that model's step would need; for the chains also the slope between the two;
+- the process's minor page faults per traced and per untraced step (``getrusage``): a traced step
+  of the small Transformer faulted 1,700-1,800 times against 20 untraced (session 12), which
+  ``benchmarks/trace_inflation.py`` traces to the allocations of 16-128 KB.
 
 One number serves the models only where these agree. Run from the repository root, on a quiet
 machine, after ``tfplace calibrate``:
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,8 +47,14 @@ FLAGS.set_default("warmup_steps", 150)
 FLAGS.set_default("steps", 300)
 
 
+def minor_faults() -> int:
+    """Minor page faults of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, float]:
-    """Untraced step and the traced ops' summed node and kernel times of one fresh session."""
+    """Untraced step, the traced ops' summed node and kernel times and the page faults per traced
+    and untraced step, of one fresh session."""
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
@@ -57,24 +67,30 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
         profile = SideBySideProfile(
             session, fetch, feeds, frozenset(op.name for op in graph.get_operations())
         )
+        faults = minor_faults()
         for _ in range(FLAGS.traced_steps):
             profile.step()
+        traced_faults = (minor_faults() - faults) / FLAGS.traced_steps
         for _ in range(FLAGS.warmup_steps):
             session.run(fetch, feeds)
         untraced = []
+        faults = minor_faults()
         for _ in range(FLAGS.steps):
             start = time.perf_counter()
             session.run(fetch, feeds)
             untraced.append(time.perf_counter() - start)
+        untraced_faults = (minor_faults() - faults) / FLAGS.steps
     steps = profile.traces
     traced = sorted({op for step in steps for op in step})
-    node = {op: [step[op].compute_time if op in step else math.nan for step in steps] for op in traced}
+    node = {op: [step[op].node_time if op in step else math.nan for step in steps] for op in traced}
     kernel = {op: [step[op].kernel_time if op in step else math.nan for step in steps] for op in traced}
     return {
         "ops": len(traced),
         "untraced": step_statistic(untraced),
         "node": profiled_sum(node),
         "kernel": profiled_sum(kernel),
+        "traced_faults": traced_faults,
+        "untraced_faults": untraced_faults,
     }
 
 
@@ -103,12 +119,16 @@ def main(argv: Sequence[str]) -> None:
         f"calibrated: {virtual.op_overhead * 1e6:+.3f} us per op, {virtual.step_overhead * 1e3:.3f} ms per step "
         f"({FLAGS.calibration}); load {os.getloadavg()[0]:.2f}"
     )
-    print("step,ops,untraced ms,node times ms,kernel times ms,per op by node us,per op by kernel us")
+    print(
+        "step,ops,untraced ms,node times ms,kernel times ms,per op by node us,per op by kernel us,"
+        "faults per traced step,faults per untraced step"
+    )
     for name, row in rows.items():
         print(
             f"{name},{row['ops']},{row['untraced'] * 1e3:.3f},{row['node'] * 1e3:.3f},{row['kernel'] * 1e3:.3f},"
             f"{per_op(row, virtual.step_overhead, 'node') * 1e6:+.2f},"
-            f"{per_op(row, virtual.step_overhead, 'kernel') * 1e6:+.2f}"
+            f"{per_op(row, virtual.step_overhead, 'kernel') * 1e6:+.2f},"
+            f"{row['traced_faults']:.0f},{row['untraced_faults']:.0f}"
         )
     if len(sizes) == 2:
         short, long = (rows[f"chain {ops}"] for ops in sizes)

@@ -324,12 +324,16 @@ def test_a_matmul_row_block_below_one_is_refused():
         dataclasses.replace(CALIBRATION, matmul_row_blocks={"MatMul": 0})
 
 
-def test_a_calibration_of_an_older_format_reads_with_a_warning_to_calibrate_again(tmp_path):
+@pytest.mark.parametrize("stored", [1, 2])  # 1: no format (before session 11); 2: node times
+def test_a_calibration_of_an_older_format_reads_with_a_warning_to_calibrate_again(tmp_path, stored):
     spec = CALIBRATION.to_dict()
-    del spec["format"]  # written before session 11
+    if stored == 1:
+        del spec["format"]
+    else:
+        spec["format"] = stored
     path = tmp_path / "old.json"
     path.write_text(json.dumps(spec))
-    with pytest.warns(UserWarning, match="format 1: .* run tfplace calibrate again"):
+    with pytest.warns(UserWarning, match=f"format {stored}: .* run tfplace calibrate again"):
         assert CpuCalibration.load(path) == CALIBRATION
 
 

@@ -15,14 +15,14 @@ pytestmark = pytest.mark.tensorflow
 
 def traced_step(records):
     """A RunMetadata with one record per ``(op, nanoseconds, output bytes per slot, temporary bytes)``;
-    each record's kernel runs for half its nanoseconds."""
+    each record's kernel runs for its nanoseconds, its whole node for twice as long."""
     from tensorflow.core.protobuf.config_pb2 import RunMetadata
 
     metadata = RunMetadata()
     device = metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:1")
     for op, nanos, outputs, temporary in records:
-        node = device.node_stats.add(node_name=op, timeline_label=f"{op} = Op()", all_end_rel_nanos=nanos)
-        node.op_end_rel_nanos = nanos // 2
+        node = device.node_stats.add(node_name=op, timeline_label=f"{op} = Op()", all_end_rel_nanos=2 * nanos)
+        node.op_end_rel_nanos = nanos
         for slot, nbytes in enumerate(outputs):
             node.output.add(slot=slot).tensor_description.allocation_description.allocated_bytes = nbytes
         node.memory_stats.temp_memory_size = temporary
@@ -48,7 +48,7 @@ def test_measured_ops_take_the_median_of_the_traced_steps_their_kernels_least_co
     assert measured == {"conv", "lowered_while"}
     conv = dataclasses.replace(costs["conv"], kernel_time=None)
     assert conv == OpCost(5e-6, (800, 7), 60, 4000)  # slot 1 not reported: predicted
-    assert costs["conv"].kernel_time == pytest.approx(least_cost_estimate([2e-6, 2.5e-6, 4.5e-6]))
+    assert costs["conv"].kernel_time == pytest.approx(least_cost_estimate([4e-6, 5e-6, 9e-6]))
     assert costs["lowered_while"].compute_time == pytest.approx(2e-6)
     assert costs["lowered_while"].output_sizes == (30, 40)  # only generated nodes ran: predicted slots
     assert costs["not_traced"] == predicted["not_traced"]

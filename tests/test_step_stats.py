@@ -121,7 +121,7 @@ def run_metadata():
 
 
 @pytest.mark.tensorflow
-def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
+def test_collect_op_traces_counts_each_records_kernel_and_sums_every_record_of_an_op(run_metadata):
     cpu = run_metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
     _node(cpu, "_SOURCE", "NoOp", nanos=500)
     _node(cpu, "while/enter/_1", "Enter", nanos=1000, outputs=[(0, 16, 16)])  # forwards its input
@@ -131,8 +131,9 @@ def test_collect_op_traces_sums_every_record_of_an_op(run_metadata):
     traces = collect_op_traces(run_metadata, GRAPH_OPS)
     assert set(traces) == {"while", "Relu"}
     loop = traces["while"]
-    assert loop.compute_time == pytest.approx(10e-6)
-    assert loop.kernel_time == pytest.approx(10e-6 - 3 * 2e-9)  # each record's op_start_rel .. op_end_rel
+    assert loop.compute_time == pytest.approx(10e-6 - 3 * 2e-9)  # each record's op_start_rel .. op_end_rel
+    assert loop.kernel_time == loop.compute_time
+    assert loop.node_time == pytest.approx(10e-6)  # each record's all_end_rel
     assert loop.executions == 3
     assert loop.output_sizes == ()
     assert loop.temporary_bytes == 2 * (64 + 32)  # what the allocator saw, not the forwarded input
@@ -198,7 +199,7 @@ def test_gpu_kernel_time_from_stream_all_replaces_the_launch_time(run_metadata):
     assert traces["Relu"].compute_time == pytest.approx(7e-6)
     assert traces["Relu"].executions == 1
     assert traces["Relu"].output_sizes == (128,)
-    assert traces["Reshape"].compute_time == pytest.approx(1.5e-6)
+    assert traces["Reshape"].compute_time == pytest.approx(1.5e-6 - 2e-9)  # no stream record: its host kernel
     assert traces["Relu"].device == gpu
 
 

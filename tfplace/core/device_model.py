@@ -224,12 +224,13 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 2
-"""Version of a stored :class:`CpuCalibration`. 2 (session 11): the per-op overhead is measured
-against traced op times that add up to the steps' tenth quantile and untraced steps reduced by
-that quantile, as profiles and real steps are now reduced. A file without a format (1) measured it
-against each op's own quantile and the least untraced step, about 0.05-0.1 us per op apart: it is
-read with a warning to calibrate again."""
+CALIBRATION_FORMAT = 3
+"""Version of a stored :class:`CpuCalibration`. 3 (session 12): the per-op overhead is measured
+against the traced ops' kernel times, which profiles now count, not their whole node times (about
+0.4 us per op less on this machine). 2 (session 11): against traced op times that add up to the
+steps' tenth quantile and untraced steps reduced by that quantile; a file without a format (1)
+against each op's own quantile and the least untraced step. An older file is read with a warning
+to calibrate again."""
 
 CPU_KINDS = ("virtual", "loopback")
 """The kinds of CPU devices :class:`CpuCalibration` models: ``"virtual"``, the CPUs of one
@@ -247,10 +248,10 @@ class CpuProcessModel:
     Parameters
     ----------
     op_overhead : float
-        Seconds a real step spends per op beyond the op's traced time: the executor's dispatch
-        of the op minus what tracing adds to the traced time (recording the op's start, end,
-        outputs and allocations). Negative where tracing adds more than dispatching costs; only
-        the difference can be told from step times, and only it matters.
+        Seconds a real step spends per op beyond the op's traced kernel time: the executor's
+        dispatch of the op minus what tracing adds inside the kernel's span (the tracked
+        allocations). Negative where tracing adds more than dispatching costs; only the
+        difference can be told from step times, and only it matters.
     step_overhead : float
         Seconds a step costs per process taking part, beyond its ops (the session's run call,
         feeds and fetches; on a worker, the master's call to it).
@@ -422,7 +423,8 @@ class CpuCalibration:
         if stored < CALIBRATION_FORMAT:
             warnings.warn(
                 f"CPU calibration {path} has format {stored}: its per-op overhead was measured against "
-                f"profiles reduced another way; run tfplace calibrate again",
+                f"traced times profiles no longer count (format {CALIBRATION_FORMAT}); run tfplace "
+                f"calibrate again",
                 stacklevel=2,
             )
         return calibration

@@ -647,7 +647,7 @@ def time_traced_and_untraced(
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
-    from tfplace.tf_graph.step_stats import node_compute_time
+    from tfplace.tf_graph.step_stats import node_kernel_time
 
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -683,7 +683,7 @@ def time_traced_and_untraced(
                 ]
                 records[i] = len(nodes)
                 for node in nodes:
-                    traced[i].setdefault(node.node_name, []).append(node_compute_time(node))
+                    traced[i].setdefault(node.node_name, []).append(node_kernel_time(node))
                 untraced[i].extend(seconds)
     return [(count, profiled_sum(t), step_statistic(u)) for count, t, u in zip(records, traced, untraced)]
 

@@ -26,7 +26,9 @@ Measurement choices (each documented where it is made):
   between the even- and the odd-numbered steps
   (:attr:`ProfileSet.time_errors`); rounds of steps go on until the op times' relative error,
   weighted by time, is below a target at every batch size, or up to a most;
-- compute time per record: :func:`~tfplace.tf_graph.step_stats.node_compute_time`; times of zero
+- compute time per record: its kernel's (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`;
+  the node's handling around it is mostly the tracer's, and a real step's own is the calibrated
+  per-op overhead), or a GPU kernel's on its stream; times of zero
   (records below the clock's resolution) are raised to :data:`TIME_FLOOR`;
 - persistent memory is measured once (it does not depend on the batch): variables' buffers from
   their static sizes, other state from the kernels' reports at the first batch size;
@@ -105,7 +107,7 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
-_PROFILE_FORMAT = 9
+_PROFILE_FORMAT = 10
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
@@ -116,7 +118,8 @@ the odd-numbered steps. 7: costs record the time of the op's kernels alone. 8: o
 preemption of the op-running thread inflated are taken out
 (:func:`~tfplace.estimator.statistics.without_preemption`). 9: the kernel time is the least the
 executor's running estimate of it gets to (:func:`~tfplace.core.device_model.least_cost_estimate`),
-not the median."""
+not the median. 10: a CPU op's compute time is its kernels' time, without the node's handling
+around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`)."""
 
 
 @dataclass(frozen=True)

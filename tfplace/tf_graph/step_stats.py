@@ -141,7 +141,8 @@ class OpTrace:
     Attributes
     ----------
     compute_time : float
-        Seconds, the sum of :func:`node_compute_time` over every record of the op.
+        Seconds, the sum over every record of the op of its kernel's time
+        (:func:`node_kernel_time`), or on a GPU the kernel's time on its stream.
     output_sizes : tuple of int
         Bytes of each output slot of the op's own node (its exact name or its fed ``_Arg``),
         summed over executions; ``()`` when only generated nodes ran (a lowered ``While``), whose
@@ -169,6 +170,10 @@ class OpTrace:
     kernel_time : float
         Seconds, the sum of :func:`node_kernel_time` over every record of the op: its kernels
         alone, what TensorFlow's executor times to tell cheap kernels from expensive ones.
+    node_time : float
+        Seconds, the sum of :func:`node_compute_time` over every record of the op: the kernels
+        with the executor's and the tracer's handling of each node, for comparison
+        (``benchmarks/op_overhead_by_model.py``).
     """
 
     compute_time: float
@@ -179,18 +184,19 @@ class OpTrace:
     executions: int
     aliased_outputs: tuple[AliasedOutput, ...] = ()
     kernel_time: float = 0.0
+    node_time: float = 0.0
 
 
 def node_compute_time(node_stats: Any) -> float:
-    """Seconds one record took: ``all_end_rel`` (nanoseconds where TensorFlow reports them).
+    """Seconds one record's node took: ``all_end_rel`` (nanoseconds where TensorFlow reports them).
 
     ``all_end_rel`` spans the whole processing of the node by the executor: preparing inputs, the
-    kernel (``op_start_rel`` .. ``op_end_rel``) and handing the outputs on. The executor thread is
-    busy for all of it, so it is the time the node keeps a device from running another one; the
-    kernel alone misses a per-node overhead of about 1-3 us, which adds up over the thousands of
-    small ops of a training graph. Measured with one inter-op thread on a small CNN training step:
-    the per-node sums were 10.65 ms (kernels) and 10.88 ms (``all_end_rel``) against 11.43 ms of
-    untraced wall time per step.
+    kernel (``op_start_rel`` .. ``op_end_rel``) and handing the outputs on, with the tracer's own
+    recording of them. On a GPU's ``stream:all`` device it is the kernel's time on the GPU. Host
+    records count their kernel alone (:func:`node_kernel_time`): the rest is mostly the tracer's
+    bookkeeping, which an untraced step does not do and which differs from op to op (session 12:
+    0.35-0.6 us on elementwise chains and 0.6-1.1 us per op of the models; by kernel times alone
+    the chains and the small NMT and Tensor Holography agreed within 0.05 us per op).
     """
     nanos = int(getattr(node_stats, "all_end_rel_nanos", 0))
     if nanos > 0:
@@ -201,9 +207,11 @@ def node_compute_time(node_stats: Any) -> float:
 def node_kernel_time(node_stats: Any) -> float:
     """Seconds one record's kernel ran (``op_start_rel`` .. ``op_end_rel``, nanoseconds where
     TensorFlow reports them): the span TensorFlow's executor times (``KernelTimer`` around
-    ``Compute``) to learn which kernels are cheap enough to run inline, without the node's own
-    handling that :func:`node_compute_time` includes (0.3-0.9 us on a CPU, more for ops of many
-    inputs)."""
+    ``Compute``) to learn which kernels are cheap enough to run inline, and the time a host
+    record counts in a profile. It leaves out the node's own handling that
+    :func:`node_compute_time` includes (0.3-0.9 us on a CPU, more for ops of many inputs); what
+    a real step spends between kernels is the calibrated per-op overhead
+    (:class:`tfplace.core.device_model.CpuProcessModel`)."""
     end = int(getattr(node_stats, "op_end_rel_nanos", 0))
     if end > 0:
         return max(end - int(node_stats.op_start_rel_nanos), 0) * 1e-9
@@ -249,6 +257,7 @@ def _is_preallocated(output: Any) -> bool:
 class _Totals:
     compute_time: float = 0.0
     kernel_time: float = 0.0
+    node_time: float = 0.0
     outputs: dict[int, int] = field(default_factory=dict)
     temporary_bytes: int = 0
     persistent_bytes: int = 0
@@ -293,7 +302,8 @@ class _Addresses:
 
 
 def _host_records(run_metadata: Any) -> Iterable[tuple[str, Any, float]]:
-    """``(device, node_stats, compute_time)`` per executed node, GPU stream time preferred.
+    """``(device, node_stats, compute_time)`` per executed node: its kernel's time
+    (:func:`node_kernel_time`), GPU stream time preferred.
 
     A GPU step reports each kernel twice more: under ``<device>/stream:all`` (the kernel's time on
     the GPU) and under ``<device>/stream:<n>`` or ``<device>/memcpy``. The host-side record (under
@@ -312,7 +322,7 @@ def _host_records(run_metadata: Any) -> Iterable[tuple[str, Any, float]]:
     for dev_stats in host:
         for node in dev_stats.node_stats:
             time = stream_time.get((dev_stats.device, node.node_name))
-            yield dev_stats.device, node, node_compute_time(node) if time is None else time
+            yield dev_stats.device, node, node_kernel_time(node) if time is None else time
 
 
 def collect_op_traces(
@@ -350,6 +360,7 @@ def collect_op_traces(
         total = totals.setdefault(op, _Totals())
         total.compute_time += time
         total.kernel_time += node_kernel_time(node)
+        total.node_time += node_compute_time(node)
         total.executions += 1
         total.records_by_device[device] += 1
         fed = _FED.match(node.node_name)
@@ -403,6 +414,7 @@ def _finish(total: _Totals) -> OpTrace:
         executions=total.executions,
         aliased_outputs=tuple(sorted(a for a, n in total.aliases.items() if n == total.own_records)),
         kernel_time=total.kernel_time,
+        node_time=total.node_time,
     )
 
 
