@@ -401,10 +401,8 @@ def interleaved_steps(
     one-worker step was 4.5 ms timed after other sessions' steps and 3.4-3.7 ms back to back), then
     its timed steps, at least ``--block_seconds`` of them. Each session gets at least ``--steps``
     and ``--timed_seconds`` of timed steps (at most ``--max_steps``); ``profile``, if given, takes
-    ``--profile_steps`` traced steps spread evenly over the rounds (not after an untraced step of its
-    own session: one made the Transformer's matmul gradients 70-78 us slower in the traced step
-    that followed, its profile 13% over the first, which the profiler's consecutive traced steps
-    do not see). Returns the timed steps of each session
+    ``--profile_steps`` traced steps spread evenly over the rounds, each after the profiler's
+    untraced steps of its own (:meth:`SideBySideProfile.step`). Returns the timed steps of each session
     and each session's trace of its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
     longest = max(max(seconds for seconds, _ in warmed), 1e-6)
@@ -448,10 +446,16 @@ class SideBySideProfile:
     preemptions: list[int] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
-        """One traced step, its op traces, wall-clock seconds and the preemptions of TensorFlow's
-        threads during it kept (:mod:`tfplace.estimator.thread_accounting`)."""
+        """One traced step after :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`
+        untraced ones, as the profiler takes them; its op traces, wall-clock seconds and the
+        preemptions of TensorFlow's threads during it kept
+        (:mod:`tfplace.estimator.thread_accounting`)."""
+        from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
+
+        for _ in range(UNTRACED_BEFORE_TRACE):
+            self.session.run(self.fetches, self.feeds)
 
         threads = tensorflow_threads()
         start = time.perf_counter()
@@ -462,8 +466,8 @@ class SideBySideProfile:
 
     def compute_times(self) -> dict[str, float]:
         """Each op's compute time by the profiler's statistic over the kept steps. (The kernel
-        times that decide the steady state's inline set stay the first profile's, measured in
-        consecutive traced steps as the profiler takes them: interleaved with other sessions' steps,
+        times that decide the steady state's inline set stay the first profile's, measured in one
+        session's steps as the profiler takes them: interleaved with other sessions' steps,
         the NMT's ``gradients/AddN_27`` crossed TensorFlow's 3.1 us threshold and the steady peak
         came out 3.99 MB instead of 4.87.)"""
         from tfplace.estimator.profiler import time_statistics

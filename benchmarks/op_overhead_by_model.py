@@ -5,7 +5,7 @@ The CPU device model adds one calibrated number to every op's traced time
 layers). This benchmark measures what each model's own step needs instead: for each small model of
 ``benchmarks/fidelity.py`` (``MODEL_SIZES``) and for two of the calibration's chains
 (:func:`tfplace.estimator.calibration.op_chains`), in one fresh session under the profiler's
-config, ``--traced_steps`` consecutive ``FULL_TRACE`` steps (as the profiler takes them), then
+config, ``--traced_steps`` ``FULL_TRACE`` steps as the profiler takes them (each after two untraced), then
 ``--warmup_steps`` untraced steps into the executor's steady state and ``--steps`` timed ones. It
 prints, with the profiler's statistic on both sides (the tenth quantile of the untraced steps,
 :func:`tfplace.estimator.calibration.step_statistic`, against the traced op times reduced as a
@@ -40,7 +40,7 @@ from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile
 from tfplace.estimator.calibration import profiled_sum, step_statistic
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
-flags.DEFINE_integer("traced_steps", 30, "Consecutive FULL_TRACE steps first.")
+flags.DEFINE_integer("traced_steps", 30, "FULL_TRACE steps first, as the profiler takes them.")
 # fidelity.py's flags --models, --calibration, --warmup_steps (untraced steps into the steady
 # state) and --steps (untraced timed steps) serve here too
 FLAGS.set_default("warmup_steps", 150)

@@ -21,7 +21,7 @@ node one), and the page faults per traced and untraced step. Run from the reposi
 quiet machine:
 
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/trace_inflation.py
-    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/trace_inflation.py --kinds=allocating --sizes=65536
+    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/trace_inflation.py --chain_kinds=allocating --sizes=65536
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from absl import app, flags
 
 from benchmarks.op_overhead_by_model import FLAGS, measure
 
-flags.DEFINE_list("kinds", ["forwarding", "allocating", "matmul"], "Op kinds of the chains.")
+flags.DEFINE_list("chain_kinds", ["forwarding", "allocating", "matmul"], "Op kinds of the chains.")
 flags.DEFINE_list("sizes", ["1024", "16384", "65536", "262144"], "Bytes of each op's output.")
 flags.DEFINE_list("lengths", ["200", "400"], "Ops of the two chains of each kind and size.")
 
@@ -80,7 +80,7 @@ def main(argv: Sequence[str]) -> None:
         "kind,output bytes,untraced us,traced node us,traced kernel us,needed by node us,"
         "needed by kernel us,faults per traced step,faults per untraced step"
     )
-    for kind in FLAGS.kinds:
+    for kind in FLAGS.chain_kinds:
         for size in (int(size) for size in FLAGS.sizes):
             first, second = (measure(*_chain(kind, size, length)) for length in (short, long))
             ops = second["ops"] - first["ops"]

@@ -646,7 +646,7 @@ def time_traced_and_untraced(
     1,800 ops never has.)"""
     import tensorflow as tf
 
-    from tfplace.estimator.profiler import profiling_config
+    from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, profiling_config
     from tfplace.tf_graph.step_stats import node_kernel_time
 
     if repeats < 1:
@@ -670,7 +670,8 @@ def time_traced_and_untraced(
         for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
             for i, (session, fetch, remote, remote_fetch, feeds) in enumerate(runs):
                 metadata = tf.compat.v1.RunMetadata()
-                session.run(fetch, feeds)  # back in this step's caches, as the profiler's steps run
+                for _ in range(UNTRACED_BEFORE_TRACE):  # as the profiler's traced steps run
+                    session.run(fetch, feeds)
                 session.run(fetch, feeds, options=trace, run_metadata=metadata)
                 seconds = back_to_back_seconds(remote, remote_fetch, feeds)
                 if repeat < 2:  # warm-up

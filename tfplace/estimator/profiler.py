@@ -93,6 +93,7 @@ from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces, output_shape
 
 __all__ = [
     "TIME_FLOOR",
+    "UNTRACED_BEFORE_TRACE",
     "OpCost",
     "ProfileSet",
     "RepeatPolicy",
@@ -107,6 +108,14 @@ TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
 0; the shortest non-zero records seen here take about 0.2 us."""
 
+UNTRACED_BEFORE_TRACE = 2
+"""Untraced steps of its batch size the profiler runs before each traced step, as a training job
+runs its steps back to back. A traced step right after another one runs its kernels slower than a
+real step: the small NMT's kernels summed 3.8-4.3 ms in consecutive traced steps, 3.3-3.4 ms after
+one untraced step and 3.0-3.5 ms after two, against 3.2-3.4 ms of the whole untraced step; the
+small Transformer's 16.9-18.6, 16.2 and 14.5-16.9 ms against 13.3-13.8 (session 12; more than two
+did not bring either lower). Tensor Holography's large kernels did not move (10.2-10.7 ms)."""
+
 _PROFILE_FORMAT = 10
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
@@ -119,7 +128,8 @@ preemption of the op-running thread inflated are taken out
 (:func:`~tfplace.estimator.statistics.without_preemption`). 9: the kernel time is the least the
 executor's running estimate of it gets to (:func:`~tfplace.core.device_model.least_cost_estimate`),
 not the median. 10: a CPU op's compute time is its kernels' time, without the node's handling
-around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`)."""
+around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`), and each traced step follows
+:data:`UNTRACED_BEFORE_TRACE` untraced ones."""
 
 
 @dataclass(frozen=True)
@@ -452,7 +462,8 @@ def _measure(
 ) -> dict[int, _BatchMeasurement]:
     """One session, initialized once and warmed up at every batch size; then rounds of traced
     steps, one step per unfinished batch size each (:func:`~tfplace.estimator.statistics.interleaved_rounds`),
-    until :meth:`RepeatPolicy.done` says every batch size has enough.
+    each after :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
+    :meth:`RepeatPolicy.done` says every batch size has enough.
 
     The rounds go across the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one batch
     size after another: when other processes slow the machine down for a while, every batch size
@@ -479,6 +490,8 @@ def _measure(
         with Progress("profiling traced steps", most * len(feeds)) as progress:
             while not all(done.values()):
                 for b in interleaved_rounds(list(feeds), done):
+                    for _ in range(UNTRACED_BEFORE_TRACE):
+                        session.run(fetches, feed_dict=feeds[b])
                     metadata = tf.compat.v1.RunMetadata()
                     threads = tensorflow_threads()
                     start = time.perf_counter()
@@ -517,7 +530,8 @@ def profile_graph(
     """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
 
     One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
-    rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, at least
+    rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, each
+    after :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, at least
     ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
     the others are dropped; per op a robust statistic of its time over the kept steps (by default
     its tenth quantile, scaled to add up to the steps'), the median of its memory. Ops the fetches
@@ -587,6 +601,7 @@ def profile_graph(
         },
         "warmup_steps": warmup_steps,
         "traced_steps": traced_steps,
+        "untraced_before_trace": UNTRACED_BEFORE_TRACE,
         "repeats": policy.settings(),
         "config": session_config.SerializeToString(deterministic=True).hex(),
         "init": sorted(op.name for op in initializer),
