@@ -441,20 +441,22 @@ class SideBySideProfile:
     fetches: Any
     feeds: dict[str, Any]
     ops: frozenset[str]
+    untraced_before: int | None = None
     traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall: list[float] = dataclasses.field(default_factory=list)
     preemptions: list[int] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
-        """One traced step after :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`
-        untraced ones, as the profiler takes them; its op traces, wall-clock seconds and the
-        preemptions of TensorFlow's threads during it kept
-        (:mod:`tfplace.estimator.thread_accounting`)."""
+        """One traced step after ``untraced_before`` untraced ones (by default the profiler's
+        :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them);
+        its op traces, wall-clock seconds and the preemptions of TensorFlow's threads during it
+        kept (:mod:`tfplace.estimator.thread_accounting`)."""
         from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
 
-        for _ in range(UNTRACED_BEFORE_TRACE):
+        untraced = UNTRACED_BEFORE_TRACE if self.untraced_before is None else self.untraced_before
+        for _ in range(untraced):
             self.session.run(self.fetches, self.feeds)
 
         threads = tensorflow_threads()

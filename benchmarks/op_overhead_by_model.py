@@ -20,9 +20,11 @@ profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
   ``benchmarks/trace_inflation.py`` traces to the allocations of 16-128 KB.
 
 One number serves the models only where these agree. Run from the repository root, on a quiet
-machine, after ``tfplace calibrate``:
+machine, after ``tfplace calibrate`` (the second line takes the traced steps one after the other,
+as the profiler did before session 12):
 
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py
+    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py --untraced_before_trace=0
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ from tfplace.estimator.calibration import profiled_sum, step_statistic
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
 flags.DEFINE_integer("traced_steps", 30, "FULL_TRACE steps first, as the profiler takes them.")
+flags.DEFINE_integer(
+    "untraced_before_trace",
+    None,
+    "Untraced steps before each traced one (default: the profiler's UNTRACED_BEFORE_TRACE; 0: "
+    "consecutive traced steps, as the profiler took them before session 12).",
+)
 # fidelity.py's flags --models, --calibration, --warmup_steps (untraced steps into the steady
 # state) and --steps (untraced timed steps) serve here too
 FLAGS.set_default("warmup_steps", 150)
@@ -65,7 +73,11 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
         for _ in range(2):  # the profiler's warm-up
             session.run(fetch, feeds)
         profile = SideBySideProfile(
-            session, fetch, feeds, frozenset(op.name for op in graph.get_operations())
+            session,
+            fetch,
+            feeds,
+            frozenset(op.name for op in graph.get_operations()),
+            untraced_before=FLAGS.untraced_before_trace,
         )
         faults = minor_faults()
         for _ in range(FLAGS.traced_steps):
