@@ -106,7 +106,9 @@ __all__ = [
 
 TIME_FLOOR = 1e-7
 """Seconds a measured op takes at least (0.1 us). Records shorter than the clock resolution show
-0; the shortest non-zero records seen here take about 0.2 us."""
+0. Since profiles count kernel times (format 10) the smallest kernels take 20-90 ns, so about a
+fifth of a training graph's ops sit at the floor: 756 of the small NMT's 3,873, adding at most
+0.08 ms to its 3.5 ms step (session 12)."""
 
 UNTRACED_BEFORE_TRACE = 2
 """Untraced steps of its batch size the profiler runs before each traced step, as a training job
