@@ -5,19 +5,22 @@ The CPU device model adds one calibrated number to every op's traced time
 layers). This benchmark measures what each model's own step needs instead: for each small model of
 ``benchmarks/fidelity.py`` (``MODEL_SIZES``) and for two of the calibration's chains
 (:func:`tfplace.estimator.calibration.op_chains`), in one fresh session under the profiler's
-config, ``--traced_steps`` ``FULL_TRACE`` steps as the profiler takes them (each after two untraced), then
-``--warmup_steps`` untraced steps into the executor's steady state and ``--steps`` timed ones. It
+config, ``--traced_steps`` ``FULL_TRACE`` steps as the profiler takes them (each after two
+untraced ones), then ``--warmup_steps`` untraced steps into the executor's steady state and
+``--steps`` timed ones. It
 prints, with the profiler's statistic on both sides (the tenth quantile of the untraced steps,
 :func:`tfplace.estimator.calibration.step_statistic`, against the traced op times reduced as a
 profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
 
 - the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,
-  what profiles store) and by the kernel's alone (``op_start_rel`` .. ``op_end_rel``);
+  what profiles stored until session 12) and by the kernel's alone (``op_start_rel`` ..
+  ``op_end_rel``, what they store now);
 - per op, the untraced step minus the calibrated step overhead minus each sum, over the ops: the
   per-op overhead that model's step would need; for the chains also the slope between the two;
 - the process's minor page faults per traced and per untraced step (``getrusage``): a traced step
-  of the small Transformer faulted 1,700-1,800 times against 20 untraced (session 12), which
-  ``benchmarks/trace_inflation.py`` traces to the allocations of 16-128 KB.
+  of the small Transformer faulted 1,700-2,700 times against none to 20 untraced (session 12);
+  exploratory chains tied such faults to allocations of 16-128 KB
+  (``benchmarks/trace_inflation.py`` times chains of that kind).
 
 One number serves the models only where these agree. Run from the repository root, on a quiet
 machine, after ``tfplace calibrate`` (the second line takes the traced steps one after the other,
