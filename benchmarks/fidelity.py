@@ -81,6 +81,7 @@ from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
 from tfplace.estimator.calibration import step_statistic
+from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "inception_v3"], "Models to run.")
@@ -441,7 +442,7 @@ class SideBySideProfile:
     fetches: Any
     feeds: dict[str, Any]
     ops: frozenset[str]
-    untraced_before: int | None = None
+    untraced_before: int = UNTRACED_BEFORE_TRACE
     traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall: list[float] = dataclasses.field(default_factory=list)
     preemptions: list[int] = dataclasses.field(default_factory=list)
@@ -451,12 +452,10 @@ class SideBySideProfile:
         :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them);
         its op traces, wall-clock seconds and the preemptions of TensorFlow's threads during it
         kept (:mod:`tfplace.estimator.thread_accounting`)."""
-        from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
 
-        untraced = UNTRACED_BEFORE_TRACE if self.untraced_before is None else self.untraced_before
-        for _ in range(untraced):
+        for _ in range(self.untraced_before):
             self.session.run(self.fetches, self.feeds)
 
         threads = tensorflow_threads()

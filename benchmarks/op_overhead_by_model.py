@@ -43,14 +43,15 @@ from absl import app, flags
 
 from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile
 from tfplace.estimator.calibration import profiled_sum, step_statistic
+from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
 flags.DEFINE_integer("traced_steps", 30, "FULL_TRACE steps first, as the profiler takes them.")
 flags.DEFINE_integer(
     "untraced_before_trace",
-    None,
-    "Untraced steps before each traced one (default: the profiler's UNTRACED_BEFORE_TRACE; 0: "
-    "consecutive traced steps, as the profiler took them before session 12).",
+    UNTRACED_BEFORE_TRACE,
+    "Untraced steps before each traced one (the profiler's by default; 0: consecutive traced "
+    "steps, as the profiler took them before session 12).",
 )
 # fidelity.py's flags --models, --calibration, --warmup_steps (untraced steps into the steady
 # state) and --steps (untraced timed steps) serve here too

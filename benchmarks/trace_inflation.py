@@ -4,9 +4,10 @@
 (:func:`tfplace.estimator.calibration.op_chains`, 256-byte activations). This benchmark asks
 whether that number holds for larger tensors. For each op kind and output size, two chains of
 ``--lengths`` ops each run in a fresh session under the profiler's config and are measured as
-``benchmarks/op_overhead_by_model.py`` measures a model (:func:`measure`): consecutive traced
-steps, then untraced steps in the executor's steady state, the profiler's statistic on both
-sides, and the process's minor page faults per step of each kind. The kinds:
+``benchmarks/op_overhead_by_model.py`` measures a model (:func:`measure`): traced steps as the
+profiler takes them (``--untraced_before_trace``), then untraced steps in the executor's steady
+state, the profiler's statistic on both sides, and the process's minor page faults per step of
+each kind. The kinds:
 
 - ``forwarding``: ``Mul`` and ``AddV2`` by scalars in turn, each reusing its input's buffer (no
   allocation);
@@ -15,10 +16,10 @@ sides, and the process's minor page faults per step of each kind. The kinds:
 - ``matmul``: ``y = y @ w`` with a square ``w``: every op allocates its output.
 
 Per op, by the slope between the two lengths: the untraced step's time, the traced ops' node time
-(``all_end_rel``, what profiles store) and kernel time (``op_start_rel`` .. ``op_end_rel``), the
+(``all_end_rel``) and kernel time (``op_start_rel`` .. ``op_end_rel``, what profiles count), the
 overhead a real step needs beyond each (untraced minus traced; ``tfplace calibrate`` stores the
-node one), and the page faults per traced and untraced step. Run from the repository root, on a
-quiet machine:
+kernel one), and the page faults per traced and untraced step of the longer chain. Run from the
+repository root, on a quiet machine:
 
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/trace_inflation.py
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/trace_inflation.py --chain_kinds=allocating --sizes=65536
