@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tfplace.tf_graph.step_stats import allocation_peaks, collect_op_traces, op_name_for_node
+from tfplace.tf_graph.step_stats import allocation_peaks, collect_op_traces, op_name_for_node, output_shapes
 
 # Op names of a graph with a while loop, its gradient loop, a cond, a dynamic_rnn and feeds.
 GRAPH_OPS = {
@@ -386,3 +386,67 @@ def test_allocation_peaks_sum_each_devices_allocation_records_in_time_order(run_
             )
     # CPU:0 holds 40, then 140; at 20 the free comes before the allocation: 40, then 100
     assert allocation_peaks(run_metadata) == {"/device:CPU:0": 140, "/device:CPU:1": 8}
+
+
+class _SetFieldsOnly:
+    """A step-stats message that fails the test when a sub-message or repeated field it has not
+    set is read: protobuf's upb runtime answers such a read with a stub, and the stubs' freed
+    arenas make it trim the whole heap (``tfplace.tf_graph.step_stats``'s docstring)."""
+
+    def __init__(self, message):
+        self._message = message
+
+    def HasField(self, name):
+        return self._message.HasField(name)
+
+    def ListFields(self):
+        return [(field, _strict(value, field)) for field, value in self._message.ListFields()]
+
+    def __getattr__(self, name):
+        field = self._message.DESCRIPTOR.fields_by_name[name]
+        if field.is_repeated or field.message_type is not None:
+            assert name in {f.name for f, _ in self._message.ListFields()}, f"read unset field {name!r}"
+        return _strict(getattr(self._message, name), field)
+
+
+def _strict(value, field):
+    if field.message_type is None:
+        return value
+    return [_SetFieldsOnly(item) for item in value] if field.is_repeated else _SetFieldsOnly(value)
+
+
+@pytest.mark.tensorflow
+def test_reading_step_stats_never_touches_a_field_the_record_left_unset(run_metadata):
+    cpu = run_metadata.step_stats.dev_stats.add(device="/device:CPU:0")
+    cpu.node_stats.add(node_name="_SOURCE", timeline_label="_SOURCE = NoOp()")  # nothing but a name
+    cpu.node_stats.add(node_name="Reshape", timeline_label="Reshape = Reshape()").output.add(slot=0)
+    _node(cpu, "Relu", "Relu", nanos=3000, outputs=[(0, 100, 128)], addresses=[64], tracked=128)
+    _node(cpu, "while/body/_2/MatMul", "MatMul", nanos=4000, tracked=96)
+    loop = cpu.node_stats[-1]
+    loop.memory.add(allocator_name="cpu").allocation_records.add(alloc_micros=1, alloc_bytes=32)
+    inputs = {"Relu": [("Reshape", 0)], "Reshape": [("x", 0)]}
+
+    strict = _SetFieldsOnly(run_metadata)
+
+    assert collect_op_traces(strict, GRAPH_OPS, inputs) == collect_op_traces(run_metadata, GRAPH_OPS, inputs)
+    assert allocation_peaks(strict) == allocation_peaks(run_metadata)
+    assert output_shapes(strict, GRAPH_OPS) == output_shapes(run_metadata, GRAPH_OPS)
+
+
+@pytest.mark.tensorflow
+def test_a_real_traced_training_step_is_read_from_its_set_fields_alone():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 4])
+        loss = tf.reduce_sum(tf.nn.relu(tf.reshape(x, [-1, 8]) @ w))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    metadata = _traced_step(graph, train, {x: np.ones((2, 8), np.float32)})
+    ops, inputs = {op.name for op in graph.get_operations()}, _inputs(graph)
+
+    traces = collect_op_traces(_SetFieldsOnly(metadata), ops, inputs)
+
+    assert traces == collect_op_traces(metadata, ops, inputs)
+    assert {"matmul", "Relu", "Reshape"} <= set(traces)

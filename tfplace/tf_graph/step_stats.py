@@ -17,7 +17,8 @@ GraphDef's ops. TensorFlow adds nodes at run time and names them after the op th
 
 :func:`op_name_for_node` maps a runtime name back to its GraphDef op (or ``None``) and
 :func:`collect_op_traces` sums the records of every op. Reading the protos needs no TensorFlow
-import: any object with the fields of ``tensorflow.RunMetadata`` works.
+import: any object with the fields and the ``HasField``/``ListFields`` of ``tensorflow.RunMetadata``
+works.
 
 Forwarded buffers. An op whose output can reuse an input's buffer allocates nothing: ``Identity``,
 ``Reshape``, ``ExpandDims`` always share it; element-wise kernels (``Relu``, ``Mul``, ``AddV2``,
@@ -41,6 +42,15 @@ as the buffer of the handle it reads, whose op holds the variable as persistent 
 produced by a lowered ``While``/``If`` is not matched (its runtime exit nodes do not name the
 output slot they stand for): such outputs stay counted as new allocations, an upper bound.
 
+Unset fields. A sub-message or repeated field is read only when the record has it
+(:func:`set_message`, :func:`set_repeated`). Protobuf's Python runtime (upb) answers a read of an
+unset one with a stub whose own arena is freed with its parent, and after every 10,000 arena blocks
+freed it calls ``malloc_trim(0)``: glibc then hands every freed page of every thread's heap back to
+the OS, TensorFlow's recycled tensor buffers among them, and the next steps fault them in again.
+Reading a small Transformer's step stats that way trimmed the heap every two or three traced steps
+(session 13: ``strace`` showed 800 ``madvise`` calls over 20 reads of one step's stats, none once
+only set fields were read).
+
 Times are seconds and sizes bytes.
 """
 
@@ -57,12 +67,17 @@ from tfplace.core.costgraph import AliasedOutput
 
 __all__ = [
     "OpTrace",
+    "OutputAllocation",
     "allocation_peaks",
     "collect_op_traces",
     "node_compute_time",
     "node_kernel_time",
     "op_name_for_node",
+    "output_allocation",
     "output_shapes",
+    "set_fields",
+    "set_message",
+    "set_repeated",
 ]
 
 _FED = re.compile(r"^_arg_(.+)_(\d+)_\d+$")
@@ -80,6 +95,24 @@ _DTYPE_BYTES = {
 }
 """Bytes per element of TensorFlow's ``DataType`` codes with a fixed size (``DT_FLOAT`` = 1, ...);
 strings, resources and variants have none."""
+
+
+def set_message(message: Any, name: str) -> Any:
+    """Sub-message ``name`` of ``message``, or ``None`` when it is unset (module docstring: an
+    unset one is never read)."""
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def set_repeated(message: Any, name: str) -> Sequence[Any]:
+    """Repeated field ``name`` of ``message``, or ``()`` when it has no elements (module
+    docstring: an empty one is never read)."""
+    return set_fields(message).get(name, ())
+
+
+def set_fields(message: Any) -> dict[str, Any]:
+    """The fields ``message`` has set, by name: sub-messages, repeated fields with elements and
+    scalars other than their default (``ListFields``)."""
+    return {field.name: value for field, value in message.ListFields()}
 
 
 def op_name_for_node(node_name: str, graph_ops: Collection[str]) -> str | None:
@@ -225,31 +258,67 @@ def _op_type(node_stats: Any) -> str:
     return call.split("(", 1)[0] if sep else ""
 
 
+@dataclass(frozen=True)
+class OutputAllocation:
+    """An output's ``tensor_description.allocation_description``: zeros when it is unset."""
+
+    requested_bytes: int = 0
+    allocated_bytes: int = 0
+    ptr: int = 0
+
+
+def output_allocation(output: Any) -> OutputAllocation:
+    """The allocation an output's record describes, read without touching unset fields."""
+    description = set_message(output, "tensor_description")
+    allocation = set_message(description, "allocation_description") if description is not None else None
+    if allocation is None:
+        return OutputAllocation()
+    return OutputAllocation(
+        int(allocation.requested_bytes), int(allocation.allocated_bytes), int(allocation.ptr)
+    )
+
+
+def _memory_stat(node: Any, name: str) -> int:
+    """Field ``name`` of a record's ``memory_stats``, 0 when it has none."""
+    stats = set_message(node, "memory_stats")
+    return int(getattr(stats, name)) if stats is not None else 0
+
+
 def _tensor_bytes(output: Any) -> int:
     """Bytes of an output: what its allocation reports, or its own size when it is a view.
 
     A view into a larger buffer (a ``Split`` output) reports the whole buffer's sizes; its own
     elements times their size is then smaller than the buffer's ``requested_bytes``.
     """
-    description = output.tensor_description
-    allocation = description.allocation_description
-    reported = int(allocation.allocated_bytes or allocation.requested_bytes)
-    own = _shape_bytes(description)
+    allocation = output_allocation(output)
+    reported = allocation.allocated_bytes or allocation.requested_bytes
+    own = _shape_bytes(output)
     return own if own is not None and own < allocation.requested_bytes else reported
 
 
-def _shape_bytes(description: Any) -> int | None:
-    """Elements times element size of a ``TensorDescription``; ``None`` when either is unknown."""
-    size = _DTYPE_BYTES.get(int(description.dtype))
-    dims = [int(dim.size) for dim in description.shape.dim]
-    if size is None or description.shape.unknown_rank or any(dim < 0 for dim in dims):
+def _dims(output: Any) -> tuple[int, ...] | None:
+    """An output's dimensions (``-1`` for an unknown one), ``None`` for an unknown rank; an unset
+    shape is a scalar's."""
+    description = set_message(output, "tensor_description")
+    shape = set_message(description, "shape") if description is not None else None
+    if shape is None:
+        return ()
+    return None if shape.unknown_rank else tuple(int(dim.size) for dim in set_repeated(shape, "dim"))
+
+
+def _shape_bytes(output: Any) -> int | None:
+    """Elements times element size of an output; ``None`` when either is unknown."""
+    description = set_message(output, "tensor_description")
+    size = _DTYPE_BYTES.get(int(description.dtype)) if description is not None else None
+    dims = _dims(output)
+    if size is None or dims is None or any(dim < 0 for dim in dims):
         return None
     return math.prod(dims) * size
 
 
 def _is_preallocated(output: Any) -> bool:
     """True for a tensor the step did not allocate (a constant's value, a fed array)."""
-    allocation = output.tensor_description.allocation_description
+    allocation = output_allocation(output)
     return allocation.allocated_bytes == 0 and allocation.requested_bytes > 0
 
 
@@ -269,6 +338,20 @@ class _Totals:
     generated_allocations: list[tuple[int, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _OwnRecord:
+    """A record of an op's own node, with its outputs and memory read once from its set fields."""
+
+    node: Any
+    outputs: Sequence[Any]
+    memory: Sequence[Any]
+
+    @classmethod
+    def read(cls, node: Any) -> _OwnRecord:
+        fields = set_fields(node)
+        return cls(node, fields.get("output", ()), fields.get("memory", ()))
+
+
 class _Addresses:
     """The buffer address of every tensor the step has produced so far, to find forwarded outputs.
 
@@ -280,25 +363,28 @@ class _Addresses:
         self.inputs = inputs
         self.address: dict[tuple[str, int], int] = {}
 
-    def aliases(self, op: str, node: Any, first_slot: int) -> list[AliasedOutput]:
-        """Output slots of ``node`` (the record of ``op``) whose buffer is one of its inputs'."""
+    def aliases(self, op: str, record: _OwnRecord, first_slot: int) -> list[AliasedOutput]:
+        """Output slots of ``record`` (of ``op``'s own node) whose buffer is one of its inputs'."""
         owner: dict[int, tuple[str, int]] = {}
         for tensor in self.inputs.get(op, ()):
             owner.setdefault(self.address.get(tensor, 0), tensor)
         owner.pop(0, None)  # no address: a fed array, an empty tensor
         inputs = self.inputs.get(op, ())
-        if inputs and _op_type(node) in _VARIABLE_READS and not any(m.total_bytes for m in node.memory):
-            return [(first_slot + output.slot, *inputs[0]) for output in node.output]
+        if (
+            inputs
+            and _op_type(record.node) in _VARIABLE_READS
+            and not any(m.total_bytes for m in record.memory)
+        ):
+            return [(first_slot + output.slot, *inputs[0]) for output in record.outputs]
         return [
             (first_slot + output.slot, *owner[address])
-            for output in node.output
-            if (address := int(output.tensor_description.allocation_description.ptr)) in owner
+            for output in record.outputs
+            if (address := output_allocation(output).ptr) in owner
         ]
 
-    def record(self, op: str, node: Any, first_slot: int) -> None:
-        for output in node.output:
-            address = int(output.tensor_description.allocation_description.ptr)
-            self.address[op, first_slot + output.slot] = address
+    def record(self, op: str, record: _OwnRecord, first_slot: int) -> None:
+        for output in record.outputs:
+            self.address[op, first_slot + output.slot] = output_allocation(output).ptr
 
 
 def _host_records(run_metadata: Any) -> Iterable[tuple[str, Any, float]]:
@@ -312,15 +398,16 @@ def _host_records(run_metadata: Any) -> Iterable[tuple[str, Any, float]]:
     """
     stream_time: dict[tuple[str, str], float] = defaultdict(float)
     host = []
-    for dev_stats in run_metadata.step_stats.dev_stats:
+    step_stats = set_message(run_metadata, "step_stats")
+    for dev_stats in set_repeated(step_stats, "dev_stats") if step_stats is not None else ():
         stream = _GPU_STREAM.match(dev_stats.device)
         if stream is None:
             host.append(dev_stats)
         elif stream.group(2) == "stream:all":
-            for node in dev_stats.node_stats:
+            for node in set_repeated(dev_stats, "node_stats"):
                 stream_time[stream.group(1), node.node_name] += node_compute_time(node)
     for dev_stats in host:
-        for node in dev_stats.node_stats:
+        for node in set_repeated(dev_stats, "node_stats"):
             time = stream_time.get((dev_stats.device, node.node_name))
             yield dev_stats.device, node, node_kernel_time(node) if time is None else time
 
@@ -365,20 +452,21 @@ def collect_op_traces(
         total.records_by_device[device] += 1
         fed = _FED.match(node.node_name)
         if node.node_name == op or fed is not None:
-            total.temporary_bytes += int(node.memory_stats.temp_memory_size)
+            total.temporary_bytes += _memory_stat(node, "temp_memory_size")
             total.own_device = device
             first_slot = int(fed.group(2)) if fed is not None else 0  # "_arg_x_1_0" stands for x:1
-            _add_own_record(total, node, first_slot)
+            record = _OwnRecord.read(node)
+            _add_own_record(total, record, first_slot)
             if addresses is not None:
-                total.aliases.update(addresses.aliases(op, node, first_slot))
-                addresses.record(op, node, first_slot)
+                total.aliases.update(addresses.aliases(op, record, first_slot))
+                addresses.record(op, record, first_slot)
         else:
-            for memory in node.memory:
-                if memory.allocation_records:
+            for memory in set_repeated(node, "memory"):
+                if set_repeated(memory, "allocation_records"):
                     total.generated_allocations.extend(_allocation_changes(memory))
                 else:
                     total.temporary_bytes += int(memory.total_bytes)
-            total.persistent_bytes += int(node.memory_stats.persistent_memory_size)
+            total.persistent_bytes += _memory_stat(node, "persistent_memory_size")
     return {op: _finish(total) for op, total in totals.items()}
 
 
@@ -388,16 +476,16 @@ def _started(record: tuple[str, Any, float]) -> int:
     return int(getattr(node, "all_start_nanos", 0)) or int(node.all_start_micros) * 1000
 
 
-def _add_own_record(total: _Totals, node: Any, first_slot: int) -> None:
+def _add_own_record(total: _Totals, record: _OwnRecord, first_slot: int) -> None:
     """Add the outputs and persistent memory of a record of the op's own node."""
     total.own_records += 1
     preallocated = 0
-    for output in node.output:
+    for output in record.outputs:
         size = _tensor_bytes(output)
         slot = first_slot + output.slot
         total.outputs[slot] = total.outputs.get(slot, 0) + size
         preallocated += size if _is_preallocated(output) else 0
-    persistent = int(node.memory_stats.persistent_memory_size)
+    persistent = _memory_stat(record.node, "persistent_memory_size")
     total.persistent_bytes += max(persistent - preallocated, 0)
 
 
@@ -424,10 +512,9 @@ def output_shapes(run_metadata: Any, ops: Collection[str]) -> dict[str, tuple[tu
     shapes = {}
     for _, node, _ in _host_records(run_metadata):
         op = op_name_for_node(node.node_name, ops)
-        if op is not None and node.output:
-            shapes[op] = tuple(
-                tuple(int(dim.size) for dim in output.tensor_description.shape.dim) for output in node.output
-            )
+        outputs = set_repeated(node, "output")
+        if op is not None and outputs:
+            shapes[op] = tuple(_dims(output) or () for output in outputs)
     return shapes
 
 
@@ -448,14 +535,14 @@ def allocation_peaks(run_metadata: Any) -> dict[str, int]:
     """
     changes: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for device, node, _ in _host_records(run_metadata):
-        for memory in node.memory:
+        for memory in set_repeated(node, "memory"):
             changes[device].extend(_allocation_changes(memory))
     return {device: _peak_in_use(events) for device, events in changes.items()}
 
 
 def _allocation_changes(memory: Any) -> Iterable[tuple[int, int]]:
     """``(microseconds, bytes)`` of an allocator's records under a node: > 0 allocated, < 0 freed."""
-    return ((int(r.alloc_micros), int(r.alloc_bytes)) for r in memory.allocation_records)
+    return ((int(r.alloc_micros), int(r.alloc_bytes)) for r in set_repeated(memory, "allocation_records"))
 
 
 def _peak_in_use(changes: Iterable[tuple[int, int]]) -> int:
