@@ -301,6 +301,21 @@ def fixed_traces(metadata, names, inputs=None):
     return {name: OpTrace(1e-5, (8,), 1000, 0, "/device:CPU:0", 1) for name in names}
 
 
+@pytest.mark.parametrize("variable", profiler.CPU_RUNTIME_VARIABLES)
+def test_the_cpu_allocator_and_onednn_settings_are_part_of_a_profiles_key(monkeypatch, tmp_path, variable):
+    monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    for name in profiler.CPU_RUNTIME_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    graph, train = dense_graph()
+    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    monkeypatch.setenv(variable, "true")
+    other = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    again = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+
+    assert not other.from_cache and other.key != plain.key
+    assert again.from_cache and again.key == other.key
+
+
 def test_a_perturbed_profile_scales_each_ops_time_and_temporary_bytes_by_its_seeded_factors(
     monkeypatch, unperturbed, tmp_path
 ):

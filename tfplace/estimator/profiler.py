@@ -92,6 +92,7 @@ from tfplace.tf_graph.native_log import filtered_native_stderr
 from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces, output_shapes
 
 __all__ = [
+    "CPU_RUNTIME_VARIABLES",
     "TIME_FLOOR",
     "UNTRACED_BEFORE_TRACE",
     "OpCost",
@@ -117,6 +118,15 @@ real step: the small NMT's kernels summed 3.8-4.3 ms in consecutive traced steps
 one untraced step and 3.0-3.5 ms after two, against 3.2-3.4 ms of the whole untraced step; the
 small Transformer's 16.9-18.6, 16.2 and 14.5-16.9 ms against 13.3-13.8 (session 12; more than two
 did not bring either lower). Tensor Holography's large kernels did not move (10.2-10.7 ms)."""
+
+CPU_RUNTIME_VARIABLES = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_ENABLE_ONEDNN_OPTS")
+"""Environment variables that change what a CPU op costs, part of a profile's key when set:
+TensorFlow's CPU allocator (read when the process creates its first CPU device) and oneDNN's
+kernels. Under the default allocator a traced step's own records fragment the heap, so the
+kernels write their outputs to buffers not in the caches and the small Transformer's traced
+kernels summed 0.8-1.0 us per op above its untraced step; under ``TF_CPU_ALLOCATOR_USE_BFC=true``
+0.2-0.3 us, but the untraced steps ran slower (session 13,
+``benchmarks/op_overhead_by_model.py``)."""
 
 _PROFILE_FORMAT = 10
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
@@ -613,6 +623,9 @@ def profile_graph(
     perturbation = perturbation_seed()
     if perturbation is not None:
         settings["perturbation_seed"] = perturbation
+    runtime = {name: os.environ[name] for name in CPU_RUNTIME_VARIABLES if name in os.environ}
+    if runtime:
+        settings["cpu_runtime"] = runtime
     key = profile_key(step_graph_def(graph, needed), settings)
     cache = ProfileCache(cache_dir) if cache_dir is not None and os.fspath(cache_dir) != "" else None
     if cache is not None:
