@@ -18,9 +18,15 @@ profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
 - per op, the untraced step minus the calibrated step overhead minus each sum, over the ops: the
   per-op overhead that model's step would need; for the chains also the slope between the two;
 - the process's minor page faults per traced and per untraced step (``getrusage``): a traced step
-  of the small Transformer faulted 1,700-2,700 times against none to 20 untraced (session 12);
-  exploratory chains tied such faults to allocations of 16-128 KB
-  (``benchmarks/trace_inflation.py`` times chains of that kind).
+  of the small Transformer faulted 1,700-2,700 times against none to 20 untraced (session 12),
+  1,600-1,800 once the step stats were read from their set fields alone (session 13;
+  ``tfplace.tf_graph.step_stats``); exploratory chains tied such faults to allocations of 16-128
+  KB (``benchmarks/trace_inflation.py`` times chains of that kind).
+
+Under TensorFlow's BFC allocator for the CPU (``TF_CPU_ALLOCATOR_USE_BFC=true`` in the
+environment, the third line below) the Transformer needed -0.23 to +0.11 us per op
+beyond its kernel times instead of -0.74 to -0.84 (session 13; ``docs/experiments.md``, "The heap
+under a traced step").
 
 One number serves the models only where these agree. Run from the repository root, on a quiet
 machine, after ``tfplace calibrate`` (the second line takes the traced steps one after the other,
@@ -28,6 +34,7 @@ as the profiler did before session 12):
 
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py --untraced_before_trace=0
+    TF_CPU_ALLOCATOR_USE_BFC=true PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/op_overhead_by_model.py
 """
 
 from __future__ import annotations
