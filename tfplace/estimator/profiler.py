@@ -124,9 +124,9 @@ CPU_RUNTIME_VARIABLES = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_ENABLE_ONEDNN_OPTS")
 TensorFlow's CPU allocator (read when the process creates its first CPU device) and oneDNN's
 kernels. Under the default allocator a traced step's own records fragment the heap, so the
 kernels write their outputs to buffers not in the caches and the small Transformer's traced
-kernels summed 0.8-1.0 us per op above its untraced step; under ``TF_CPU_ALLOCATOR_USE_BFC=true``
-0.2-0.3 us, but the untraced steps ran slower (session 13,
-``benchmarks/op_overhead_by_model.py``)."""
+kernels summed 0.7-1.1 us per op above its untraced step; under ``TF_CPU_ALLOCATOR_USE_BFC=true``
+within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran 5-13% slower (session 13,
+``benchmarks/op_overhead_by_model.py``, ``docs/experiments.md``)."""
 
 _PROFILE_FORMAT = 10
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
