@@ -125,7 +125,7 @@ TensorFlow's CPU allocator (read when the process creates its first CPU device) 
 kernels. Under the default allocator a traced step's own records fragment the heap, so the
 kernels write their outputs to buffers not in the caches and the small Transformer's traced
 kernels summed 0.7-1.1 us per op above its untraced step; under ``TF_CPU_ALLOCATOR_USE_BFC=true``
-within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran 5-13% slower (session 13,
+within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran up to 13% slower (session 13,
 ``benchmarks/op_overhead_by_model.py``, ``docs/experiments.md``)."""
 
 _PROFILE_FORMAT = 10
