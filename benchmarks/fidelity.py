@@ -280,25 +280,22 @@ def allocation_changes(graph, run_metadata) -> dict[Any, list[tuple[int, int]]]:
     producer's last consumer on the receiving device in the trace.
     """
     from tfplace.core.devices import DeviceName
-    from tfplace.tf_graph.step_stats import output_allocation, set_repeated
+    from tfplace.tf_graph import step_stats
 
     changes: dict[Any, list[tuple[int, int]]] = {}
     ends: dict[tuple[Any, str], int] = {}
     received = []
     for dev_stats in run_metadata.step_stats.dev_stats:
         device = DeviceName.parse(dev_stats.device)
-        for node in set_repeated(dev_stats, "node_stats"):
-            for memory in set_repeated(node, "memory"):
-                changes.setdefault(device, []).extend(
-                    (int(r.alloc_micros), int(r.alloc_bytes))
-                    for r in set_repeated(memory, "allocation_records")
-                )
+        for node in step_stats.set_repeated(dev_stats, "node_stats"):
+            for memory in step_stats.set_repeated(node, "memory"):
+                changes.setdefault(device, []).extend(step_stats.allocation_record_changes(memory))
             end = int(node.all_start_micros + node.all_end_rel_micros)
             ends[device, node.node_name] = max(ends.get((device, node.node_name), 0), end)
             match = _RECEIVED.search(node.timeline_label) if node.node_name == "RecvTensor" else None
-            outputs = set_repeated(node, "output")
+            outputs = step_stats.set_repeated(node, "output")
             if match and outputs:
-                nbytes = output_allocation(outputs[0]).requested_bytes
+                nbytes = step_stats.output_allocation(outputs[0]).requested_bytes
                 producer = match.group("tensor").split(":")[0]
                 received.append((device, producer, int(node.all_start_micros), end, nbytes))
     for device, producer, start, end, nbytes in received:

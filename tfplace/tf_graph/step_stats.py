@@ -68,6 +68,7 @@ __all__ = [
     "OpTrace",
     "OutputAllocation",
     "allocation_peaks",
+    "allocation_record_changes",
     "collect_op_traces",
     "node_compute_time",
     "node_kernel_time",
@@ -291,25 +292,24 @@ def _tensor_bytes(output: Any) -> int:
     """
     allocation = output_allocation(output)
     reported = allocation.allocated_bytes or allocation.requested_bytes
-    own = _shape_bytes(output)
+    own = _shape_bytes(set_message(output, "tensor_description"))
     return own if own is not None and own < allocation.requested_bytes else reported
 
 
-def _dims(output: Any) -> tuple[int, ...] | None:
-    """An output's dimensions (``-1`` for an unknown one), ``None`` for an unknown rank; an unset
-    shape is a scalar's."""
-    description = set_message(output, "tensor_description")
+def _dims(description: Any | None) -> tuple[int, ...] | None:
+    """The dimensions of an output's ``TensorDescription`` (``-1`` for an unknown one), ``None``
+    for an unknown rank; an unset description or shape is a scalar's."""
     shape = set_message(description, "shape") if description is not None else None
     if shape is None:
         return ()
     return None if shape.unknown_rank else tuple(int(dim.size) for dim in set_repeated(shape, "dim"))
 
 
-def _shape_bytes(output: Any) -> int | None:
-    """Elements times element size of an output; ``None`` when either is unknown."""
-    description = set_message(output, "tensor_description")
+def _shape_bytes(description: Any | None) -> int | None:
+    """Elements times element size of an output's ``TensorDescription``; ``None`` when either is
+    unknown."""
     size = _DTYPE_BYTES.get(int(description.dtype)) if description is not None else None
-    dims = _dims(output)
+    dims = _dims(description)
     if size is None or dims is None or any(dim < 0 for dim in dims):
         return None
     return math.prod(dims) * size
@@ -462,7 +462,7 @@ def collect_op_traces(
         else:
             for memory in set_repeated(node, "memory"):
                 if set_repeated(memory, "allocation_records"):
-                    total.generated_allocations.extend(_allocation_changes(memory))
+                    total.generated_allocations.extend(allocation_record_changes(memory))
                 else:
                     total.temporary_bytes += int(memory.total_bytes)
             total.persistent_bytes += _memory_stat(node, "persistent_memory_size")
@@ -513,7 +513,7 @@ def output_shapes(run_metadata: Any, ops: Collection[str]) -> dict[str, tuple[tu
         op = op_name_for_node(node.node_name, ops)
         outputs = set_repeated(node, "output")
         if op is not None and outputs:
-            shapes[op] = tuple(_dims(output) or () for output in outputs)
+            shapes[op] = tuple(_dims(set_message(output, "tensor_description")) or () for output in outputs)
     return shapes
 
 
@@ -535,11 +535,11 @@ def allocation_peaks(run_metadata: Any) -> dict[str, int]:
     changes: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for device, node, _ in _host_records(run_metadata):
         for memory in set_repeated(node, "memory"):
-            changes[device].extend(_allocation_changes(memory))
+            changes[device].extend(allocation_record_changes(memory))
     return {device: _peak_in_use(events) for device, events in changes.items()}
 
 
-def _allocation_changes(memory: Any) -> Iterable[tuple[int, int]]:
+def allocation_record_changes(memory: Any) -> Iterable[tuple[int, int]]:
     """``(microseconds, bytes)`` of an allocator's records under a node: > 0 allocated, < 0 freed."""
     return ((int(r.alloc_micros), int(r.alloc_bytes)) for r in set_repeated(memory, "allocation_records"))
 
