@@ -114,11 +114,35 @@ def test_a_long_op_that_grows_little_with_the_batch_keeps_its_line():
     assert model.predict(8)["a"].compute_time > 290e-6
 
 
-def test_times_growing_faster_than_the_batch_are_predicted_proportional():
+def test_times_growing_faster_than_the_batch_follow_their_line_past_the_profiled_batches():
+    # Theil-Sen through (1, 1), (2, 2), (4, 9) us: slope 8/3 us per example, intercept -5/3 us
     model = OpCostRegression().fit(timed([1e-6, 2e-6, 9e-6]))
-    assert model.time_fit_ == ["power"]
+    assert model.time_fit_ == ["convex"]
+    assert model.predict(8)["a"].compute_time == pytest.approx((8 * 8 / 3 - 5 / 3) * 1e-6)
+    assert model.predict(8)["a"].compute_time > 9e-6 * 8 / 4  # above the proportional power law
+
+
+def test_times_growing_faster_than_the_batch_follow_a_proportional_power_law_where_the_line_is_negative():
+    model = OpCostRegression().fit(timed([1e-6, 2e-6, 9e-6]))
     assert model.time_power_[0, 1] == 1.0
-    assert model.predict(8)["a"].compute_time == pytest.approx(2 * model.predict(4)["a"].compute_time)
+    scale = model.time_power_[0, 0]
+    assert model.predict(1)["a"].compute_time == pytest.approx(scale)
+    assert model.predict(1)["a"].compute_time > 0
+
+
+def test_a_convex_prediction_past_the_profiled_batches_is_never_below_the_largest_measurement():
+    # Tensor Holography's Relu of a 2 MB output at batch 8: 19, 55, 109 us at 2, 4, 6, 167 us at 8
+    profile_set = ProfileSet(
+        batch_sizes=(2, 4, 6),
+        costs={
+            b: {"relu": OpCost(t, (262144 * b,), 0, 0)}
+            for b, t in zip((2, 4, 6), (18.9e-6, 54.5e-6, 109.3e-6))
+        },
+    )
+    model = OpCostRegression().fit(profile_set)
+    assert model.time_fit_ == ["convex"]
+    assert model.predict(8)["relu"].compute_time > 109.3e-6
+    assert model.predict(8)["relu"].compute_time == pytest.approx(154.5e-6, rel=0.01)
 
 
 def test_times_falling_with_the_batch_are_predicted_constant():
@@ -138,7 +162,9 @@ def test_predicted_time_is_never_negative_and_never_falls_as_the_batch_grows(tim
     now = model.predict(batch)["a"].compute_time
     assert now >= model.time_floor
     assert model.predict(batch + 1)["a"].compute_time >= now
-    assert (model.time_line_ >= 0).all()
+    assert (model.time_line_[:, 0] >= 0).all()  # slopes
+    line = np.array(model.time_fit_) == "line"
+    assert (model.time_line_[line, 1] >= 0).all()  # a convex op's line crosses zero, by definition
     assert (model.time_power_ >= 0).all()
 
 
@@ -269,9 +295,22 @@ def test_the_batch_coefficients_a_cost_graph_keeps_predict_what_the_regression_p
 
     model = OpCostRegression().fit(timed(times))
     coefficients = model.batch_costs()["a"]
-    for batch in (3, 64):
+    for batch in (1, 3, 64):
         assert time_at_batch(coefficients, batch) == pytest.approx(model.predict(batch)["a"].compute_time)
     np.testing.assert_allclose(coefficients["outputs"], [[4.0, 0.0]], atol=1e-9)
+
+
+def test_a_cost_graph_written_with_the_earlier_power_model_is_still_evaluated():
+    from tfplace.split.costs import time_at_batch
+
+    assert time_at_batch({"time": ["power", 2e-6, 1.0]}, 8) == pytest.approx(16e-6)
+
+
+def test_an_unknown_time_model_in_batch_costs_is_refused_by_name():
+    from tfplace.split.costs import time_at_batch
+
+    with pytest.raises(ValueError, match="'cubic'"):
+        time_at_batch({"time": ["cubic", 1.0, 2.0]}, 8)
 
 
 STAIRCASE_BATCHES = (2, 4, 6)
@@ -316,12 +355,12 @@ def test_without_blocked_matmuls_the_predictions_are_exactly_those_of_the_plain_
     assert blocked.batch_costs() == plain.batch_costs()
 
 
-def test_a_blocked_matmul_whose_line_would_cross_zero_gets_a_power_law_of_its_passes():
+def test_a_blocked_matmul_whose_line_would_cross_zero_gets_a_convex_model_of_its_passes():
     # one, two, two passes at 2, 4, 6 taking 10, 100, 100 us: the line's intercept is negative
     model = OpCostRegression().fit(
         staircase_profile(lambda b: 0 if b == 2 else 2), {"mm": RowBlocking(Fraction(1), 3)}
     )
-    assert model.time_fit_[model.ops_.index("mm")] == "power"
+    assert model.time_fit_[model.ops_.index("mm")] == "convex"
     times = [model.predict(b)["mm"].compute_time for b in (6, 7, 8, 9, 10)]
     assert times[0] < times[1] == times[2] == times[3] < times[4]
 

@@ -113,7 +113,7 @@ class AccuracyReport:
     measured_step_seconds : float
         Median wall-clock seconds of a traced step at ``target_batch``.
     time_fits : dict of str to int
-        How many ops each time model of the regression fits (``"line"``, ``"power"``).
+        How many ops each time model of the regression fits (``"line"``, ``"convex"``).
     worst : list of (str, str, float, float)
         Ops with the largest absolute time error: (op, time model, predicted s, measured s).
     profiling_seconds, measurement_seconds : float

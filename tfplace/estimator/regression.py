@@ -127,9 +127,20 @@ class OpCostRegression:
       (250-280 us at batches 1-4, writing the same gradient whatever the batch) grow slowly but
       surely, and a constant for them raised the NMT's deviation weighted by time from 11.6% to
       16.4%;
-    - ``"power"`` where the line would cross zero at a positive batch (times growing faster than
-      the batch): ``seconds = scale * batch ** exponent`` by least squares on the logarithms of the
-      regime's times, with the exponent clipped to ``[0, 1]``, so proportional at most.
+    - ``"convex"`` where the line would cross zero at a positive batch (times growing faster than
+      the batch): the larger of that line and ``seconds = scale * batch ** exponent``, fitted by
+      least squares on the logarithms of the regime's times with the exponent clipped to
+      ``[0, 1]``. The power law holds at small batches, where the line would be negative (a piece
+      of a split batch); past the profiled batches the line, whose median slope carries on the
+      growth per added example. The power law alone, proportional at most and through the
+      times' geometric mean, fell below the largest measurement: Tensor Holography's ``Relu``
+      of a 2 MB output (at batch 8) took 19, 55 and 109 us at batches 2, 4 and 6 and 167 us at
+      8, where the power law predicted 106 and the line 155. On two sets of profiles (batches 2,
+      4, 6 and 8 twice, quiet machine) the deviation weighted by time went from 4.38% and 5.64%
+      to 3.14% and 4.01% on Tensor Holography (32-38 such ops, a fifth of its time; its floor
+      2.84% and 1.51%), from 4.15% / 3.85% to 4.11% / 3.79% on Inception V3, from 7.12% / 10.41%
+      to 7.17% / 10.77% on the Transformer (whose per-example cost falls again towards batch 8),
+      and did not move on the NMT.
 
     A ``MatMul`` whose kernel passes over its weights once per block of rows
     (:mod:`tfplace.estimator.row_blocks`: oneDNN's ``transpose_b`` products here, three rows per
@@ -142,7 +153,7 @@ class OpCostRegression:
     an op (``row_blockings`` of :meth:`fit`) is fitted, at every profiled batch size and with no
     regime, on the rows its passes cover, ``ceil(m / block) * block``, expressed in examples (the
     batch size whose rows fill those passes), and predicted on the same at the target batch.
-    Its :meth:`batch_costs` are that line or power law of the batch size itself: the staircase's
+    Its :meth:`batch_costs` are that line (or convex model) of the batch size itself: the staircase's
     upper envelope, exact where the rows fill whole passes.
 
     Below its regime the line overestimates an op (a piece of a split batch,
@@ -155,7 +166,7 @@ class OpCostRegression:
         Relative growth of an op's time from the smallest to the largest profiled batch below
         which the time of an op shorter than ``flat_below`` is predicted constant.
     flat_below : float
-        Seconds: ops at least this long at some profiled batch always get a line or a power law.
+        Seconds: ops at least this long at some profiled batch always get a line or a convex model.
     regime_tolerance : float
         How much steeper (as a fraction: the regime's slope over the smaller batch's is below
         ``1 - regime_tolerance``) the time of an op may rise towards a smaller batch size before
@@ -171,16 +182,15 @@ class OpCostRegression:
     batch_sizes_ : ndarray
         The profiled batch sizes.
     time_fit_ : list of str
-        Which model fits each op's time: ``"line"`` or ``"power"``.
+        Which model fits each op's time: ``"line"`` or ``"convex"``.
     time_regime_ : ndarray of int
         Per op, the index in ``batch_sizes_`` of the first batch size its time was fitted on.
     row_blockings_ : dict of str to RowBlocking
         The ops fitted on the rows their passes cover, as given to :meth:`fit`.
     time_line_ : ndarray of shape (n_ops, 2)
-        ``[slope, intercept]`` of each ``"line"`` op's time (seconds per example, seconds); 0 for
-        the others.
+        ``[slope, intercept]`` of each op's time line (seconds per example, seconds).
     time_power_ : ndarray of shape (n_ops, 2)
-        ``[scale, exponent]`` of each ``"power"`` op's time; 0 for the others.
+        ``[scale, exponent]`` of each ``"convex"`` op's power law; 0 for the others.
     output_coef_ : dict of str to ndarray of shape (n_slots, 2)
         ``[slope, intercept]`` of the bytes of each output slot of each op.
     temporary_coef_ : ndarray of shape (n_ops, 2)
@@ -272,23 +282,25 @@ class OpCostRegression:
         slope = np.where(flat, 0.0, slope)
         intercept = np.where(flat, times.mean(axis=1), intercept)
         line = flat | (intercept >= 0)
-        self.time_fit_ = ["line" if kept else "power" for kept in line]
-        self.time_line_ = np.where(line[:, None], np.column_stack([slope, intercept]), 0.0)
+        self.time_fit_ = ["line" if kept else "convex" for kept in line]
+        self.time_line_ = np.column_stack([slope, intercept])
         self.time_power_ = np.where(line[:, None], 0.0, np.column_stack([np.exp(log_scale), exponent]))
 
     def _fit_blocked_time(self, i: int, units: list[float], times: np.ndarray) -> None:
         """Refit op ``i``'s time on ``units`` (the examples its row passes cover at each profiled
-        batch size), over every one of them: a line, or a power law where the line crosses zero."""
+        batch size), over every one of them: a line, or where the line crosses zero the larger of
+        it and a power law (``"convex"``)."""
         (slope,), (intercept,), (exponent,), (log_scale,) = _line_and_power(
             np.asarray(units), np.maximum(times, self.time_floor)[None, :]
         )
         self.time_regime_[i] = 0
+        self.time_line_[i] = (slope, intercept)
         if intercept >= 0:
             self.time_fit_[i] = "line"
-            self.time_line_[i], self.time_power_[i] = (slope, intercept), 0.0
+            self.time_power_[i] = 0.0
         else:
-            self.time_fit_[i] = "power"
-            self.time_line_[i], self.time_power_[i] = 0.0, (np.exp(log_scale), exponent)
+            self.time_fit_[i] = "convex"
+            self.time_power_[i] = (np.exp(log_scale), exponent)
 
     @staticmethod
     def _fit_outputs(x: np.ndarray, row: list[OpCost]) -> np.ndarray:
@@ -300,14 +312,19 @@ class OpCostRegression:
 
     def batch_costs(self) -> dict[str, dict[str, object]]:
         """Each op's fitted coefficients as the cost graph's ``batch_costs`` field (schema version 3):
-        ``{"time": [model, a, b], "outputs": [[slope, intercept], ...], "temporary": [slope,
-        intercept]}`` with ``model`` ``"line"`` (``a * batch + b``) or ``"power"`` (``a * batch ** b``);
+        ``{"time": [model, ...], "outputs": [[slope, intercept], ...], "temporary": [slope,
+        intercept]}`` with the time ``["line", slope, intercept]`` or ``["convex", slope, intercept,
+        scale, exponent]`` (the larger of the line and ``scale * batch ** exponent``);
         :func:`tfplace.split.costs.time_at_batch` evaluates them without this estimator."""
         if not hasattr(self, "ops_"):
             raise RuntimeError("OpCostRegression.batch_costs called before fit")
         return {
             op: {
-                "time": [kind, *map(float, (self.time_line_ if kind == "line" else self.time_power_)[i])],
+                "time": [
+                    kind,
+                    *map(float, self.time_line_[i]),
+                    *(map(float, self.time_power_[i]) if kind == "convex" else ()),
+                ],
                 "outputs": self.output_coef_[op].tolist(),
                 "temporary": self.temporary_coef_[i].tolist(),
             }
@@ -328,10 +345,9 @@ class OpCostRegression:
                 for op in self.ops_
             ]
         )  # what each op's time was fitted on (class docstring)
+        lines = self.time_line_[:, 0] * units + self.time_line_[:, 1]
         times = np.where(
-            line,
-            self.time_line_[:, 0] * units + self.time_line_[:, 1],
-            self.time_power_[:, 0] * units ** self.time_power_[:, 1],
+            line, lines, np.maximum(lines, self.time_power_[:, 0] * units ** self.time_power_[:, 1])
         )
         times = np.maximum(times, self.time_floor)
         temporary = _bytes(self.temporary_coef_, b)

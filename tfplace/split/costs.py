@@ -49,10 +49,28 @@ def scaling_of(graph_attrs: Mapping[str, Any]) -> tuple[int | None, int]:
 
 
 def time_at_batch(batch_costs: Mapping[str, Any], batch: float) -> float:
-    """The fitted time model of ``batch_costs["time"]`` (``["line", slope, intercept]`` or
-    ``["power", scale, exponent]``) at ``batch``, in the profiling device's seconds."""
-    model, a, b = batch_costs["time"]
-    return float(a * batch + b) if model == "line" else float(a * batch**b)
+    """The fitted time model of ``batch_costs["time"]`` at ``batch``, in the profiling device's
+    seconds: ``["line", slope, intercept]``, ``["convex", slope, intercept, scale, exponent]`` (the
+    larger of the line and the power law,
+    :class:`~tfplace.estimator.regression.OpCostRegression`), or ``["power", scale, exponent]``
+    (cost graphs written before the convex model).
+
+    Raises
+    ------
+    ValueError
+        Another model name.
+    """
+    model, *coefficients = batch_costs["time"]
+    if model == "line":
+        slope, intercept = coefficients
+        return float(slope * batch + intercept)
+    if model == "convex":
+        slope, intercept, scale, exponent = coefficients
+        return float(max(slope * batch + intercept, scale * batch**exponent))
+    if model == "power":
+        scale, exponent = coefficients
+        return float(scale * batch**exponent)
+    raise ValueError(f"unknown time model {model!r} in batch_costs (line, convex or power)")
 
 
 def piece_time(
