@@ -5,9 +5,9 @@ of CPU on the sender and on the receiver (:func:`tfplace.estimator.calibration.c
 with ``copy_b`` measured on a burst: ``count`` tensors of 1 KiB sent in one step, all at once. In
 a training step split over devices most transfers come one at a time, each waking a receiver that
 waited for it. This benchmark times both patterns with tensors of ``--tensor_bytes``, in one
-session per device kind, after ``--warmup_steps`` steps of each (the executor's steady state), in ``--rounds`` rounds that
-take each step kind in turn (a slow phase of the machine falls on all of them), ``--transfers``
-transfers per step:
+session per device kind, after ``--warmup_steps`` steps of each (the executor's steady state),
+in ``--rounds`` rounds that take each step kind in turn (a slow phase of the machine falls on
+all of them), ``--transfers`` transfers per step:
 
 - ``chain``: ``x = x + 1`` ``--transfers`` times on the first device (no transfer), and
   ``ping-pong``: the same chain alternating between the two devices, each op waiting for the
@@ -29,7 +29,8 @@ calibration's ``2 * copy_b`` 99 us and ``b`` 293 us; on virtual CPUs 1.9 us one 
 Run from the repository root, after ``tfplace calibrate``:
 
     PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/transfer_patterns.py
-    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/transfer_patterns.py --kinds=loopback --tensor_bytes=4,65536
+    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/transfer_patterns.py \\
+        --kinds=loopback --tensor_bytes=4,65536
 """
 
 from __future__ import annotations
