@@ -354,22 +354,30 @@ class Series:
         return wall, time.process_time() + sum(process_cpu_seconds(pid) for pid in workers) - cpu
 
 
+def run_config(kind: str, cluster, calibration) -> tuple[Any, str]:
+    """The session config and target of a real step on ``kind`` devices, configured as the graph
+    was profiled (:func:`tfplace.estimator.calibration.profiled_run_config`): ``--devices``
+    virtual CPUs sharing the calibrated threads, or ``cluster``'s workers with their servers'."""
+    from tfplace.estimator.calibration import profiled_run_config
+
+    if kind == "virtual":
+        return profiled_run_config(FLAGS.devices, calibration.process("virtual").threads), ""
+    config = profiled_run_config()
+    config.ClearField("device_count")
+    return config, cluster.target
+
+
 def open_series(stack, spec, batch: int, placement, kind: str, cluster, calibration) -> Series:
     """A session of ``placement`` (closed with ``stack``), its variables initialized, configured as
     the graph was profiled (:func:`tfplace.estimator.calibration.profiled_run_config`)."""
     import tensorflow as tf
 
-    from tfplace.estimator.calibration import profiled_run_config
     from tfplace.runner import placed_copy
 
     graph, fetches, feeds, initializer = placed_copy(
         spec.graph, placement, spec.train_op, spec.feed_fn(batch), spec.init_op, batch
     )
-    if kind == "virtual":
-        config, target = profiled_run_config(FLAGS.devices, calibration.process("virtual").threads), ""
-    else:
-        config, target = profiled_run_config(), cluster.target
-        config.ClearField("device_count")
+    config, target = run_config(kind, cluster, calibration)
     session = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))
     session.run(initializer)
     return Series(session, fetches, feeds)

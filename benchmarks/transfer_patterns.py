@@ -22,9 +22,9 @@ loopback, the CPU seconds of the two workers and of this process (``/proc``, whi
 counts in ticks of 10 ms: ``--rounds`` times ``--block_steps`` steps of 100 transfers come to
 hundreds of ticks), beside the calibration's ``2 * copy_b`` (sender and receiver) and ``b``.
 
-Measured in session 14 (1 KiB, 100 transfers, load 2.4): on loopback, one at a time 225 us of
-CPU per transfer in the two workers and 174 us of wall-clock time, a burst 89 us and 49 us, the
-calibration's ``2 * copy_b`` 99 us and ``b`` 293 us; on virtual CPUs 1.9 us one at a time and
+Measured in session 14 (1 KiB, 100 transfers, load 0.5-0.7): on loopback, one at a time 214 us
+of CPU per transfer in the two workers and 155 us of wall-clock time, a burst 79 us and 44 us,
+the calibration's ``2 * copy_b`` 99 us and ``b`` 293 us; on virtual CPUs 1.9 us one at a time and
 1.1 us in a burst, the calibration's ``b`` 3.0 us.
 Run from the repository root, after ``tfplace calibrate``:
 
@@ -43,7 +43,7 @@ from typing import Any
 
 from absl import app, flags
 
-from benchmarks import fidelity  # and its flags --kinds, --warmup_steps, --calibration
+from benchmarks import fidelity  # and its flags --kinds, --devices, --warmup_steps, --calibration
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tensor_bytes", ["1024"], "Bytes of each transferred tensor (multiples of 4).")
@@ -96,11 +96,10 @@ def transfer_steps(
 def measure(
     session: Any, fetches: dict[str, Any], pids: Sequence[int]
 ) -> dict[str, tuple[float, list[float]]]:
-    """Per step kind, the tenth quantile of its timed steps' seconds and the CPU seconds per step
-    of each of ``pids`` over all its timed steps."""
-    import numpy as np
-
-    from tfplace.estimator.calibration import process_cpu_seconds
+    """Per step kind, the profiler's statistic of its timed steps' seconds
+    (:func:`~tfplace.estimator.calibration.step_statistic`) and the CPU seconds per step of each of
+    ``pids`` over all its timed steps."""
+    from tfplace.estimator.calibration import process_cpu_seconds, step_statistic
 
     for kind in STEP_KINDS:
         for _ in range(FLAGS.warmup_steps):
@@ -119,8 +118,7 @@ def measure(
             cpu[kind] = [total + more for total, more in zip(cpu[kind], spent)]
     steps = FLAGS.rounds * FLAGS.block_steps
     return {
-        kind: (float(np.quantile(wall[kind], 0.1)), [seconds / steps for seconds in cpu[kind]])
-        for kind in STEP_KINDS
+        kind: (step_statistic(wall[kind]), [seconds / steps for seconds in cpu[kind]]) for kind in STEP_KINDS
     }
 
 
@@ -150,7 +148,6 @@ def main(argv: Sequence[str]) -> None:
     import tensorflow as tf
 
     from tfplace.core.device_model import CpuCalibration
-    from tfplace.estimator.calibration import profiled_run_config
     from tfplace.tf_graph.cluster import LocalCluster
 
     tf.compat.v1.disable_eager_execution()
@@ -164,16 +161,9 @@ def main(argv: Sequence[str]) -> None:
     for kind in FLAGS.kinds:
         with contextlib.ExitStack() as stack:
             names = fidelity.device_names(kind, 2)
-            if kind == "loopback":
-                cluster = stack.enter_context(LocalCluster(2))
-                config, target, pids = profiled_run_config(), cluster.target, [*cluster.pids[:2], os.getpid()]
-                config.ClearField("device_count")
-            else:
-                config, target, pids = (
-                    profiled_run_config(2, calibration.process(kind).threads),
-                    "",
-                    [os.getpid()],
-                )
+            cluster = stack.enter_context(LocalCluster(2)) if kind == "loopback" else None
+            config, target = fidelity.run_config(kind, cluster, calibration)
+            pids = [*cluster.pids[:2], os.getpid()] if cluster is not None else [os.getpid()]
             link = calibration.device_set(names, 1 << 40).typical_link
             for size in sizes:
                 graph, initializer, fetches = transfer_steps(names, size, FLAGS.transfers)
