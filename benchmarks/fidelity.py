@@ -1,8 +1,9 @@
 """Fidelity of the simulator: simulated step time and peak memory of placed graphs against real runs.
 
 For each model (small variants), each kind of CPU device (``virtual``: CPUs of one process;
-``loopback``: one worker process per device, tensors over gRPC) and each placement (one device, a
-whole-op placement split over the devices, ``auto``), the step is
+``loopback``: one worker process per device, started afresh for each model, tensors over gRPC)
+and each placement (one device, a whole-op placement split over the devices, ``auto``), the step
+is
 
 - placed on the costs Standard Evaluation profiled at the batch size (read from ``--cache_dir``
   when stored);
@@ -15,7 +16,8 @@ whole-op placement split over the devices, ``auto``), the step is
   of steps, each session's turn a block of steps back to back whose first step is not timed, as a
   training job runs its steps (:func:`interleaved_steps`);
 - profiled again **side by side** with those runs: ``--profile_steps`` traced steps of the
-  profiler's one-device session spread over the same rounds (:class:`SideBySideProfile`). This
+  profiler's one-device session, on a worker process of its own (:func:`open_profile`), spread
+  over the same rounds (:class:`SideBySideProfile`). This
   machine's speed moves by up to a quarter over seconds while nothing shows in the load average;
   a profile from minutes before compares two speeds (``profile_drift``: the side-by-side profile's
   summed op times against the first profile's, -26% for a Transformer profile cached in a slow
@@ -444,13 +446,18 @@ class SideBySideProfile:
     the Transformer's untraced step had medians of 17.2 to 22.3 ms over 2-second windows of one
     session, its process's CPU time per step moving with them, with no steal time (session 8). A
     profile taken minutes before the runs compares two speeds of the machine; taken in the same
-    rounds, profile and runs see the same one."""
+    rounds, profile and runs see the same one.
+
+    ``session`` may run in another process (:func:`open_profile` runs it in a worker of its own);
+    ``tasks`` is then that process's ``/proc/<pid>/task``, whose TensorFlow threads run the ops
+    and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`)."""
 
     session: Any
     fetches: Any
     feeds: dict[str, Any]
     ops: frozenset[str]
     untraced_before: int = UNTRACED_BEFORE_TRACE
+    tasks: Path = Path("/proc/self/task")
     traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall: list[float] = dataclasses.field(default_factory=list)
     preemptions: list[int] = dataclasses.field(default_factory=list)
@@ -466,11 +473,11 @@ class SideBySideProfile:
         for _ in range(self.untraced_before):
             self.session.run(self.fetches, self.feeds)
 
-        threads = tensorflow_threads()
+        threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)
         self.wall.append(time.perf_counter() - start)
-        self.preemptions.append(preemptions_between(threads, tensorflow_threads()))
+        self.preemptions.append(preemptions_between(threads, tensorflow_threads(self.tasks)))
         self.traces.append(collect_op_traces(metadata, self.ops))
 
     def compute_times(self) -> dict[str, float]:
@@ -490,20 +497,36 @@ class SideBySideProfile:
 
 def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:
     """The profiler's session of ``spec`` at ``batch`` (closed with ``stack``), initialized and
-    warmed up as :func:`tfplace.api.estimate_costs` warms it up."""
+    warmed up as :func:`tfplace.api.estimate_costs` warms it up, on a worker process of its own
+    (a one-worker :class:`~tfplace.tf_graph.cluster.LocalCluster`, started afresh), as a user's
+    profiler runs in a process that hosts no other session.
+
+    In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
+    the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
+    during the loopback pass), its side-by-side profile summed 25% above the loopback pass's, and
+    its virtual rows came out +26% to +33% (session 15; +15% to +31% in four runs of sessions 12
+    and 13). On a worker of its own they came out +8% to +21% in five runs. A fresh worker for
+    each model, as the loopback workers are (:func:`main`): processes that had run other models
+    before ran Inception V3's kernels slower than a fresh one (its loopback rows against a fresh
+    profile worker -13% to -15% when the loopback workers had run three models first, -2% to -7%
+    when they were fresh too; one run each)."""
     import inspect
 
     import tensorflow as tf
 
     from tfplace.api import estimate_costs
     from tfplace.estimator.profiler import profiling_config
+    from tfplace.tf_graph.cluster import LocalCluster
 
-    session = stack.enter_context(tf.compat.v1.Session(graph=spec.graph, config=profiling_config()))
+    host = stack.enter_context(LocalCluster(1))
+    session = stack.enter_context(
+        tf.compat.v1.Session(host.target, graph=spec.graph, config=profiling_config())
+    )
     session.run(spec.init_op)
     feeds = spec.feed_fn(batch)
     for _ in range(inspect.signature(estimate_costs).parameters["warmup_steps"].default):
         session.run(spec.train_op, feeds)
-    return SideBySideProfile(session, spec.train_op, feeds, ops)
+    return SideBySideProfile(session, spec.train_op, feeds, ops, tasks=Path(f"/proc/{host.pids[0]}/task"))
 
 
 def with_compute_times(cost_graph, times: dict[str, float]):
@@ -685,9 +708,9 @@ def main(argv: Sequence[str]) -> None:
     calibration = CpuCalibration.load(FLAGS.calibration)
     rows = []
     for kind in FLAGS.kinds:
-        with contextlib.ExitStack() as stack:
-            cluster = stack.enter_context(LocalCluster(FLAGS.devices)) if kind == "loopback" else None
-            for name in FLAGS.models:
+        for name in FLAGS.models:  # fresh workers per model, as a training job starts its own
+            with contextlib.ExitStack() as stack:
+                cluster = stack.enter_context(LocalCluster(FLAGS.devices)) if kind == "loopback" else None
                 rows += measure_model(name, kind, cluster, calibration)
     output = write_rows(rows)
     print(f"CPU device model ({FLAGS.calibration}): {calibration.to_dict()}")
