@@ -84,6 +84,7 @@ from absl import app, flags, logging
 from tfplace.api import DEFAULT_CACHE_DIR
 from tfplace.estimator.calibration import step_statistic
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
+from tfplace.estimator.thread_accounting import OWN_TASKS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "inception_v3"], "Models to run.")
@@ -457,7 +458,7 @@ class SideBySideProfile:
     feeds: dict[str, Any]
     ops: frozenset[str]
     untraced_before: int = UNTRACED_BEFORE_TRACE
-    tasks: Path = Path("/proc/self/task")
+    tasks: Path = OWN_TASKS
     traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall: list[float] = dataclasses.field(default_factory=list)
     preemptions: list[int] = dataclasses.field(default_factory=list)
@@ -709,8 +710,8 @@ def main(argv: Sequence[str]) -> None:
     rows = []
     for kind in FLAGS.kinds:
         for name in FLAGS.models:  # fresh workers per model, as a training job starts its own
-            with contextlib.ExitStack() as stack:
-                cluster = stack.enter_context(LocalCluster(FLAGS.devices)) if kind == "loopback" else None
+            workers = LocalCluster(FLAGS.devices) if kind == "loopback" else contextlib.nullcontext()
+            with workers as cluster:
                 rows += measure_model(name, kind, cluster, calibration)
     output = write_rows(rows)
     print(f"CPU device model ({FLAGS.calibration}): {calibration.to_dict()}")

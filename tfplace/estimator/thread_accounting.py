@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ThreadTimes", "preemptions_between", "tensorflow_threads"]
+__all__ = ["OWN_TASKS", "ThreadTimes", "preemptions_between", "tensorflow_threads"]
 
-_TASKS = Path("/proc/self/task")
+OWN_TASKS = Path("/proc/self/task")
+"""This process's threads; another process's are ``/proc/<pid>/task``."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _read_thread(task: Path) -> ThreadTimes | None:
     return ThreadTimes(running, preemptions)
 
 
-def tensorflow_threads(tasks: Path = _TASKS) -> dict[int, ThreadTimes]:
+def tensorflow_threads(tasks: Path = OWN_TASKS) -> dict[int, ThreadTimes]:
     """The accounting of this process's threads whose name starts with ``tf_``, by thread id;
     empty where ``/proc`` does not provide it."""
     try:
