@@ -30,7 +30,7 @@ is
   model.
 
 ``measured_s`` is the profiler's statistic of the steps of both sessions
-(:func:`tfplace.estimator.calibration.step_statistic`, the tenth quantile): the simulated step
+(:func:`tfplace.estimator.step_timing.step_statistic`, the tenth quantile): the simulated step
 is made of op times that add up to that quantile of the profiled steps, what a step takes when
 nothing slows it, and the calibration's per-op overhead is measured against untraced steps
 reduced the same way; ``median_s`` and ``median_error`` give the median step beside it.
@@ -82,8 +82,8 @@ from typing import Any
 from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
-from tfplace.estimator.calibration import step_statistic
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
+from tfplace.estimator.step_timing import step_statistic
 from tfplace.estimator.thread_accounting import OWN_TASKS
 
 FLAGS = flags.FLAGS

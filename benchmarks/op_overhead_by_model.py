@@ -9,7 +9,7 @@ config, ``--traced_steps`` ``FULL_TRACE`` steps as the profiler takes them (each
 untraced ones), then ``--warmup_steps`` untraced steps into the executor's steady state and
 ``--steps`` timed ones. It
 prints, with the profiler's statistic on both sides (the tenth quantile of the untraced steps,
-:func:`tfplace.estimator.calibration.step_statistic`, against the traced op times reduced as a
+:func:`tfplace.estimator.step_timing.step_statistic`, against the traced op times reduced as a
 profile is, :func:`tfplace.estimator.calibration.profiled_sum`):
 
 - the untraced step, and the traced ops' times summed, by the node's whole time (``all_end_rel``,
@@ -49,8 +49,9 @@ from typing import Any
 from absl import app, flags
 
 from benchmarks.fidelity import FLAGS, MODEL_SIZES, SideBySideProfile
-from tfplace.estimator.calibration import profiled_sum, step_statistic
+from tfplace.estimator.calibration import profiled_sum
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
+from tfplace.estimator.step_timing import step_statistic
 
 flags.DEFINE_list("chains", ["600", "1200"], "Calibration chains (ops) to time beside the models.")
 flags.DEFINE_integer("traced_steps", 30, "FULL_TRACE steps first, as the profiler takes them.")

@@ -97,9 +97,10 @@ def measure(
     session: Any, fetches: dict[str, Any], pids: Sequence[int]
 ) -> dict[str, tuple[float, list[float]]]:
     """Per step kind, the profiler's statistic of its timed steps' seconds
-    (:func:`~tfplace.estimator.calibration.step_statistic`) and the CPU seconds per step of each of
+    (:func:`~tfplace.estimator.step_timing.step_statistic`) and the CPU seconds per step of each of
     ``pids`` over all its timed steps."""
-    from tfplace.estimator.calibration import process_cpu_seconds, step_statistic
+    from tfplace.estimator.calibration import process_cpu_seconds
+    from tfplace.estimator.step_timing import step_statistic
 
     for kind in STEP_KINDS:
         for _ in range(FLAGS.warmup_steps):

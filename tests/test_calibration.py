@@ -6,7 +6,9 @@ import socket
 
 import pytest
 
+from tfplace.core.device_model import FeedCost
 from tfplace.estimator.calibration import calibrate_copy_cpu, calibrate_transfer
+from tfplace.estimator.feed_calibration import FeedSample, fit_feed_cost, time_feeds
 from tfplace.tf_graph.cluster import LocalCluster
 
 SMALL_SIZES = (2**10, 2**16, 2**20)
@@ -158,11 +160,52 @@ class ClockedSession:
 
 
 def test_untraced_steps_are_timed_back_to_back_after_one_untimed_step_of_their_own_graph(monkeypatch):
-    from tfplace.estimator import calibration
+    from tfplace.estimator import step_timing
 
     session = ClockedSession([5.0, 2.0, 1.0])  # the first step follows another graph's: slow
-    monkeypatch.setattr(calibration.time, "perf_counter", session.now)
-    assert calibration.back_to_back_seconds(session, "train", steps=2) == [2.0, 1.0]
+    monkeypatch.setattr(step_timing.time, "perf_counter", session.now)
+    assert step_timing.back_to_back_seconds(session, "train", steps=2) == [2.0, 1.0]
     assert session.runs == 3
     with pytest.raises(ValueError, match="steps must be at least 1"):
-        calibration.back_to_back_seconds(session, "train", steps=0)
+        step_timing.back_to_back_seconds(session, "train", steps=0)
+
+
+def test_the_feed_cost_fit_recovers_the_per_step_per_tensor_and_per_byte_costs():
+    truth = FeedCost(per_step=20e-6, per_tensor=25e-6, per_byte=0.7e-9)
+    samples = [
+        FeedSample(tensors, nbytes, truth.per_step + truth.per_tensor * tensors + truth.per_byte * nbytes)
+        for tensors, nbytes in [(1, 4), (3, 12), (6, 24), (1, 2**16), (1, 2**20)]
+    ]
+    fitted = fit_feed_cost(samples)
+    assert (fitted.per_step, fitted.per_tensor, fitted.per_byte) == pytest.approx(
+        (truth.per_step, truth.per_tensor, truth.per_byte), rel=1e-6
+    )
+
+
+def test_a_feed_cost_coefficient_the_noise_makes_negative_is_dropped_and_the_rest_refitted():
+    samples = [
+        FeedSample(1, 4, 30e-6),
+        FeedSample(3, 12, 100e-6),
+        FeedSample(6, 24, 205e-6),
+        FeedSample(1, 2**20, 30e-6),
+    ]
+    fitted = fit_feed_cost(samples)  # 35 us per tensor, -5 us per step: no per-step cost
+    assert fitted.per_step == 0.0 and fitted.per_tensor > 0 and fitted.per_byte >= 0
+
+
+def test_a_feed_cost_needs_two_tensor_counts_and_two_sizes():
+    with pytest.raises(ValueError, match="two tensor counts and two sizes"):
+        fit_feed_cost([FeedSample(1, 4, 1e-5), FeedSample(1, 2**16, 2e-5)])
+
+
+@pytest.mark.tensorflow
+def test_feeds_are_timed_once_per_tensor_count_and_per_size_against_the_same_step_unfed():
+    from tfplace.estimator.calibration import profiled_run_config
+
+    samples = time_feeds(
+        "/device:CPU:0", config=profiled_run_config(), counts=(1, 2), sizes=(2**12, 2**14), repeats=2
+    )
+    assert [(sample.tensors, sample.nbytes) for sample in samples] == [(1, 4), (2, 8), (1, 2**12), (1, 2**14)]
+    assert all(math.isfinite(sample.seconds) for sample in samples)
+    with pytest.raises(ValueError, match="sizes >= 4 bytes"):
+        time_feeds("/device:CPU:0", sizes=(2,))

@@ -15,6 +15,7 @@ from tfplace.core.device_model import (
     EXPENSIVE_KERNEL_CYCLES,
     CpuCalibration,
     CpuProcessModel,
+    FeedCost,
     cpu_kind,
     inline_ops,
     least_cost_estimate,
@@ -44,6 +45,7 @@ CALIBRATION = CpuCalibration(
             threads=1,
             link=GRPC,
             op_overhead_fits=(0.8e-6, 1e-6, 1.1e-6),
+            feed=FeedCost(per_step=80e-6, per_tensor=30e-6, per_byte=1e-9),
         ),
     },
     matmul_row_blocks={"MatMul": 1, "MatMul/transpose_b": 3},
@@ -259,6 +261,45 @@ def test_step_costs_add_the_per_op_overhead_at_least_to_zero_and_keep_memory():
     assert [loopback.nodes[op]["compute_time"] for op in loopback] == pytest.approx([4e-6, 1.2e-6])
 
 
+def fed_graph():
+    """Two fed inputs (400 and 1,200 bytes), an input with a default, and the op that sums them."""
+    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
+    graph.add_op("images", op_type="Placeholder", compute_time=1e-6, output_sizes=(400,))
+    graph.add_op("labels", op_type="Placeholder", compute_time=1e-6, output_sizes=(1200,))
+    graph.add_op("rate", op_type="PlaceholderWithDefault", compute_time=1e-6, output_sizes=(4,))
+    graph.add_op("loss", op_type="AddN", compute_time=10e-6, output_sizes=(4,))
+    for source in ("images", "labels", "rate"):
+        graph.add_dependency(source, "loss", slots=[0])
+    return graph
+
+
+def test_each_fed_placeholder_carries_its_tensor_and_bytes_and_an_equal_share_of_the_step_feed_cost():
+    costs = CALIBRATION.step_costs(fed_graph(), "loopback")
+    times = {op: costs.nodes[op]["compute_time"] for op in costs}
+    assert times["images"] == pytest.approx(1e-6 + 1e-6 + 40e-6 + 30e-6 + 400e-9)
+    assert times["labels"] == pytest.approx(1e-6 + 1e-6 + 40e-6 + 30e-6 + 1200e-9)
+    assert times["rate"] == pytest.approx(2e-6) and times["loss"] == pytest.approx(11e-6)
+
+
+def test_a_one_device_step_takes_its_feeds_cost_longer_than_the_same_step_fed_for_free():
+    free = dataclasses.replace(
+        CALIBRATION,
+        processes={
+            **CALIBRATION.processes,
+            "loopback": dataclasses.replace(CALIBRATION.processes["loopback"], feed=FeedCost()),
+        },
+    )
+    devices = CALIBRATION.device_set(WORKERS[:1], 2**30)
+    fed = simulate(CALIBRATION.step_costs(fed_graph(), "loopback"), [0] * 4, devices).makespan
+    unfed = simulate(free.step_costs(fed_graph(), "loopback"), [0] * 4, devices).makespan
+    assert fed - unfed == pytest.approx(80e-6 + 2 * 30e-6 + 1600e-9)
+
+
+def test_a_negative_feed_cost_is_refused_naming_the_coefficient():
+    with pytest.raises(ValueError, match="per_byte must be >= 0"):
+        FeedCost(per_byte=-1e-9)
+
+
 def test_virtual_cpus_get_the_process_link_threads_and_shared_memory():
     devices = CALIBRATION.device_set(VIRTUAL, 2**30)
     assert (devices.intra_host, devices.host_threads, devices.cores) == (HAND_OFF, 2, 2)
@@ -297,6 +338,12 @@ def test_a_calibration_is_stored_and_read_back_unchanged(tmp_path):
     assert CpuCalibration.load(path) == CALIBRATION
 
 
+def test_a_calibration_written_before_feeds_were_measured_reads_with_feeds_for_free():
+    spec = CALIBRATION.to_dict()
+    del spec["processes"]["loopback"]["feed"]
+    assert CpuCalibration.from_dict(spec).process("loopback").feed == FeedCost()
+
+
 def test_a_calibration_written_before_the_fits_were_pooled_still_reads_with_no_fits():
     spec = CALIBRATION.to_dict()
     del spec["processes"]["loopback"]["op_overhead_fits"]
@@ -324,7 +371,7 @@ def test_a_matmul_row_block_below_one_is_refused():
         dataclasses.replace(CALIBRATION, matmul_row_blocks={"MatMul": 0})
 
 
-@pytest.mark.parametrize("stored", [1, 2])  # 1: no format (before session 11); 2: node times
+@pytest.mark.parametrize("stored", [1, 2, 3])  # 1: no format (before session 11); 2: node times; 3: no feeds
 def test_a_calibration_of_an_older_format_reads_with_a_warning_to_calibrate_again(tmp_path, stored):
     spec = CALIBRATION.to_dict()
     if stored == 1:
@@ -383,6 +430,7 @@ def test_the_calibrate_printout_gives_the_range_of_the_pooled_fits_where_the_fil
     lines = calibration_table(CALIBRATION).splitlines()
     assert "+1.000 us per op (fits +0.800 .. +1.100)" in lines[2]
     assert "-0.500 us per op," in lines[1] and "fits" not in lines[1]
+    assert "feeds 80.0 us per step + 30.0 us per tensor + 1.000 ns/B" in lines[2]
     assert lines[3] == "  MatMul rows per pass over the weights: MatMul 1, MatMul/transpose_b 3"
 
 

@@ -51,12 +51,14 @@ def calibration_table(calibration: CpuCalibration) -> str:
     """One line per kind of CPU device: what a real step costs beyond its profile."""
     lines = [f"CPU device model of {calibration.machine} ({calibration.cores} cores):"]
     for kind, model in calibration.processes.items():
-        link = model.link
+        link, feed = model.link, model.feed
         lines.append(
             f"  {kind}: {model.op_overhead * 1e6:+.3f} us per op{_fits_range(model)}, "
             f"{format_seconds(model.step_overhead)} per "
             f"step and process, {model.threads} ops at once per process; link {link.b * 1e6:.1f} us + "
-            f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B)"
+            f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B); "
+            f"feeds {feed.per_step * 1e6:.1f} us per step + {feed.per_tensor * 1e6:.1f} us per tensor + "
+            f"{feed.per_byte * 1e9:.3f} ns/B"
         )
     blocks = ", ".join(f"{variant} {block}" for variant, block in calibration.matmul_row_blocks.items())
     lines.append(f"  MatMul rows per pass over the weights: {blocks or 'not measured (1)'}")

@@ -48,12 +48,14 @@ __all__ = [
     "DEVICE_MODELS",
     "EXECUTOR_COST_DECAY",
     "EXPENSIVE_KERNEL_CYCLES",
+    "FED_OPS",
     "INEXPENSIVE_KERNELS",
     "OPAQUE_OPS",
     "VIEW_OPS",
     "CpuCalibration",
     "CpuProcessModel",
     "DeviceModel",
+    "FeedCost",
     "convert_graph",
     "cpu_kind",
     "inline_ops",
@@ -224,8 +226,9 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 3
-"""Version of a stored :class:`CpuCalibration`. 3 (session 12): the per-op overhead is measured
+CALIBRATION_FORMAT = 4
+"""Version of a stored :class:`CpuCalibration`. 4 (session 16): each kind's :class:`FeedCost` is
+measured (an older file feeds for free). 3 (session 12): the per-op overhead is measured
 against the traced ops' kernel times, which profiles now count, not their whole node times (about
 0.4 us per op less on this machine). 2 (session 11): against traced op times that add up to the
 steps' tenth quantile and untraced steps reduced by that quantile; a file without a format (1)
@@ -236,6 +239,41 @@ CPU_KINDS = ("virtual", "loopback")
 """The kinds of CPU devices :class:`CpuCalibration` models: ``"virtual"``, the CPUs of one
 process (``/device:CPU:i``, a session's ``device_count``), and ``"loopback"``, one CPU per worker
 process on this machine (``/job:worker/task:k/device:CPU:0``, :class:`~tfplace.tf_graph.cluster.LocalCluster`)."""
+
+
+FED_OPS = frozenset({"Placeholder"})
+"""Op types whose output a step must be fed (``PlaceholderWithDefault`` need not be)."""
+
+
+@dataclass(frozen=True)
+class FeedCost:
+    """What a step's fed tensors cost the session beyond an unfed step:
+    ``per_step + per_tensor * tensors + per_byte * bytes`` seconds, before any op can use them.
+
+    A ``feed_dict`` is checked and converted tensor by tensor by the client and, on a worker, sent
+    to the master in the ``RunStep`` request, all before the step starts. On this VM (session 16)
+    an in-process step took 52 us more with feeds and 16 us per fed tensor, a loopback worker's 111
+    us, 26 us and 0.83 ns per byte, where the small models' whole steps are 4-20 ms.
+    :func:`tfplace.estimator.feed_calibration.calibrate_feed_cost` measures it.
+    """
+
+    per_step: float = 0.0
+    per_tensor: float = 0.0
+    per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if not getattr(self, field.name) >= 0:
+                raise ValueError(
+                    f"a feed cost's {field.name} must be >= 0 seconds, got {getattr(self, field.name)}"
+                )
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> FeedCost:
+        return cls(**{field.name: float(spec[field.name]) for field in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -263,6 +301,8 @@ class CpuProcessModel:
     op_overhead_fits : tuple of float
         The independent fits ``op_overhead`` is the median of (``tfplace calibrate``), kept to
         show how far it can be trusted; empty in files written before they were pooled.
+    feed : FeedCost
+        What the step's fed tensors cost (none in files calibrated before it was measured).
     """
 
     op_overhead: float
@@ -270,6 +310,7 @@ class CpuProcessModel:
     threads: int
     link: TransferModel
     op_overhead_fits: tuple[float, ...] = ()
+    feed: FeedCost = FeedCost()
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -284,6 +325,7 @@ class CpuProcessModel:
             "threads": self.threads,
             "link": self.link.to_dict(),
             "op_overhead_fits": list(self.op_overhead_fits),
+            "feed": self.feed.to_dict(),
         }
 
     @classmethod
@@ -294,6 +336,7 @@ class CpuProcessModel:
             threads=int(spec["threads"]),
             link=TransferModel.from_dict(spec["link"]),
             op_overhead_fits=tuple(float(fit) for fit in spec.get("op_overhead_fits", ())),
+            feed=FeedCost.from_dict(spec["feed"]) if "feed" in spec else FeedCost(),
         )
 
 
@@ -351,11 +394,19 @@ class CpuCalibration:
     def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:
         """A copy of ``graph`` (CPU costs profiled on this machine) with every op's time as in a
         real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`,
-        at least 0. Memory is unchanged."""
-        overhead = self.process(kind).op_overhead
+        at least 0, and each ``Placeholder`` (a fed tensor: a step cannot run without its feed)
+        also its share of :attr:`CpuProcessModel.feed`, its tensor's and bytes' cost and an equal
+        part of the per-step cost. Memory is unchanged."""
+        model = self.process(kind)
         converted = graph.copy()
+        fed = [attrs for _, attrs in converted.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         for _, attrs in converted.nodes(data=True):
-            attrs["compute_time"] = max(attrs["compute_time"] + overhead, 0.0)
+            attrs["compute_time"] = max(attrs["compute_time"] + model.op_overhead, 0.0)
+        feed = model.feed
+        for attrs in fed:
+            attrs["compute_time"] += (
+                feed.per_step / len(fed) + feed.per_tensor + feed.per_byte * sum(attrs["output_sizes"])
+            )
         converted.graph["device_model"] = f"{kind} CPUs of {self.machine}"
         return converted
 
@@ -422,9 +473,8 @@ class CpuCalibration:
             )
         if stored < CALIBRATION_FORMAT:
             warnings.warn(
-                f"CPU calibration {path} has format {stored}: its per-op overhead was measured against "
-                f"traced times profiles no longer count (format {CALIBRATION_FORMAT}); run tfplace "
-                f"calibrate again",
+                f"CPU calibration {path} has format {stored}: it lacks or mismeasures costs that format "
+                f"{CALIBRATION_FORMAT} measures (see CALIBRATION_FORMAT); run tfplace calibrate again",
                 stacklevel=2,
             )
         return calibration

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
 from tfplace.core.transfer import TransferModel
+from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 
 __all__ = [
     "DEFAULT_CHAIN_OPS",
@@ -47,8 +47,6 @@ __all__ = [
     "DEFAULT_LINK_FITS",
     "DEFAULT_SIZES",
     "STEADY_STATE_STEPS",
-    "WARM_STEPS",
-    "back_to_back_seconds",
     "calibrate_copy_cpu",
     "calibrate_cpu",
     "calibrate_local_cluster",
@@ -67,7 +65,6 @@ __all__ = [
     "profiled_run_config",
     "profiled_sum",
     "slope_per_count",
-    "step_statistic",
     "time_concurrent_transfers",
     "time_step_overheads",
     "time_traced_and_untraced",
@@ -108,15 +105,6 @@ STEADY_STATE_STEPS = 100
 cost from its runs (starting at 10^8 cycles, decaying by a tenth per run) and runs the kernels it
 finds cheap inline only after about 90 steps, which changes the per-op dispatch cost; a training
 job spends nearly all its steps after that."""
-
-WARM_STEPS = 2
-"""Untraced steps timed in a row after one untimed step of the same graph, the least of them kept
-(:func:`time_traced_and_untraced`). A training job runs its steps back to back; a step that follows
-another graph's step (the traced chain's, in turns) starts with that graph's kernels and tensors in
-the caches and, on a worker, its threads asleep. Timed right after the traced step, the loopback
-per-op overhead came out +0.18 us (session 8); timed back to back, the chains' slope was -0.22 to
--0.38 us on a worker and -0.28 to -0.41 us in-process, and the small NMT's own step needed -0.59 to
--0.81 and -0.31 to -0.49 us (three rounds, session 9)."""
 
 
 def time_transfers(
@@ -255,31 +243,14 @@ def _time_differences(
             session.run([same, crossing])  # warm up both paths
             same_times, crossing_times = [], []
             for _ in range(repeats):
-                same_times.append(_timed(session, same))
-                crossing_times.append(_timed(session, crossing))
+                same_times.append(timed_step(session, same))
+                crossing_times.append(timed_step(session, crossing))
             seconds.append(max(min(crossing_times) - min(same_times), 0.0))
     return seconds
 
 
-def back_to_back_seconds(
-    session: Any, fetch: Any, feeds: Mapping[str, Any] | None = None, steps: int = WARM_STEPS
-) -> list[float]:
-    """The seconds of ``steps`` steps of ``session`` timed back to back after one untimed step, as a
-    training job runs them (:data:`WARM_STEPS`)."""
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
-    session.run(fetch, feeds)
-    return [_timed(session, fetch, feeds) for _ in range(steps)]
-
-
 def _item(item: tuple[int, Any]) -> str:
     return f"{item[0]:,}"
-
-
-def _timed(session: Any, fetch: Any, feeds: Mapping[str, Any] | None = None) -> float:
-    start = time.perf_counter()
-    session.run(fetch, feeds)
-    return time.perf_counter() - start
 
 
 def latency_from_counts(counts: Sequence[int], seconds: Sequence[float], b: float) -> float:
@@ -370,7 +341,7 @@ def time_step_overheads(
             session.run(steps)
             for _ in range(repeats):
                 for step, seconds in zip(steps, times):
-                    seconds.append(_timed(session, step))
+                    seconds.append(timed_step(session, step))
     finally:
         if target:
             tf.compat.v1.Session.reset(target, [container])
@@ -634,11 +605,11 @@ def time_traced_and_untraced(
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
     The steps and the two kinds of run are timed in turns, ``repeats`` times; each turn first runs
     its step once untimed, so that every timed step follows a step of its own graph, as in a
-    training job (:data:`WARM_STEPS`).
+    training job (:data:`~tfplace.estimator.step_timing.WARM_STEPS`).
 
     The traced ops' times are reduced by the profiler's statistic over the ops and the
     ``repeats`` steps together (:func:`profiled_sum`), the untraced steps (``WARM_STEPS`` per
-    turn) by the same statistic of whole steps (:func:`step_statistic`): both the tenth quantile
+    turn) by the same statistic of whole steps (:func:`~tfplace.estimator.step_timing.step_statistic`): both the tenth quantile
     of the steps, what a step takes when nothing slows it, as ``benchmarks/fidelity.py`` compares
     them. (Each op's own quantile summed 10-18% below every traced step of the chains, and until
     session 10 the untraced step was the smallest of its repeats; the smallest traced *sum*
@@ -687,19 +658,6 @@ def time_traced_and_untraced(
                     traced[i].setdefault(node.node_name, []).append(node_kernel_time(node))
                 untraced[i].extend(seconds)
     return [(count, profiled_sum(t), step_statistic(u)) for count, t, u in zip(records, traced, untraced)]
-
-
-def step_statistic(seconds: Sequence[float]) -> float:
-    """The profiler's statistic of whole steps' times (the default
-    :class:`~tfplace.estimator.statistics.RepeatPolicy`'s, the tenth quantile): what an untraced
-    step takes when nothing slows it, reduced as the traced steps' op times are
-    (:func:`profiled_sum`) and as ``benchmarks/fidelity.py`` reduces the real steps it compares the
-    simulated one with."""
-    from tfplace.estimator.statistics import RepeatPolicy, location
-
-    policy = RepeatPolicy()
-    values = np.asarray(seconds, dtype=float)[None, :]
-    return float(location(values, policy.statistic, policy.trim, policy.lower_fraction)[0])
 
 
 def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
@@ -793,6 +751,8 @@ def calibrate_cpu(
     the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
+    Each kind's feed cost on its first device
+    (:func:`~tfplace.estimator.feed_calibration.calibrate_feed_cost`; on loopback, the master's).
     The machine's ``MatMul`` row blocks, voted over three timings
     (:func:`~tfplace.estimator.row_blocks.measure_matmul_row_blocks`).
 
@@ -802,6 +762,7 @@ def calibrate_cpu(
     """
     import socket
 
+    from tfplace.estimator.feed_calibration import calibrate_feed_cost
     from tfplace.estimator.row_blocks import measure_matmul_row_blocks
     from tfplace.tf_graph.cluster import LocalCluster
 
@@ -815,8 +776,11 @@ def calibrate_cpu(
     link = calibrate_transfer("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats, counts=None)
     per_tensor = handoff_per_tensor("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats)
     link = dataclasses.replace(link, b=per_tensor)
+    feed = calibrate_feed_cost("/device:CPU:0", config=sequential, repeats=repeats)
     processes = {
-        "virtual": CpuProcessModel(op_overhead, step_overhead, threads, handoff_on_threads(link), spread)
+        "virtual": CpuProcessModel(
+            op_overhead, step_overhead, threads, handoff_on_threads(link), spread, feed
+        )
     }
     if workers >= 1:
         remote = profiled_run_config()
@@ -831,7 +795,10 @@ def calibrate_cpu(
                 fits=fits,
             )
             devices = calibrate_local_cluster(cluster, 1 << 40, repeats=repeats)
+            feed = calibrate_feed_cost(
+                cluster.device(0), target=cluster.target, config=remote, repeats=repeats
+            )
             processes["loopback"] = CpuProcessModel(
-                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host, spread
+                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host, spread, feed
             )
     return CpuCalibration(socket.gethostname(), cores, processes, measure_matmul_row_blocks())
