@@ -253,7 +253,7 @@ class FeedCost:
     A ``feed_dict`` is checked and converted tensor by tensor by the client and, on a worker, sent
     to the master in the ``RunStep`` request, all before the step starts. On this VM (session 16)
     an in-process step took 52 us more with feeds and 16 us per fed tensor, a loopback worker's 111
-    us, 26 us and 0.83 ns per byte, where the small models' whole steps are 4-20 ms.
+    us, 26 us and 0.83 ns per byte, where the small models' whole steps are 4-150 ms.
     :func:`tfplace.estimator.feed_calibration.calibrate_feed_cost` measures it.
     """
 
