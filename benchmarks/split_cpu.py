@@ -41,14 +41,12 @@ PLACEMENTS = ("single", "dfs_topo")
 
 def thread_cpu_ns(pids: Sequence[int]) -> Counter[tuple[int, str]]:
     """Nanoseconds on a CPU so far of every thread of ``pids``, summed by (worker index, thread name)."""
+    from tfplace.estimator.thread_accounting import named_threads
+
     spent: Counter[tuple[int, str]] = Counter()
     for worker, pid in enumerate(pids):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                name = (task / "comm").read_text().strip()
-                spent[worker, name] += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):  # the thread ended meanwhile
-                continue
+        for name, times in named_threads(Path(f"/proc/{pid}/task")).values():
+            spent[worker, name] += times.running_ns
     return spent
 
 

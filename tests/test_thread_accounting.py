@@ -5,7 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfplace.estimator.thread_accounting import ThreadTimes, preemptions_between, tensorflow_threads
+from tfplace.estimator.thread_accounting import (
+    ThreadTimes,
+    named_threads,
+    preemptions_between,
+    tensorflow_threads,
+)
 
 
 def fake_task(tasks: Path, tid: int, name: str, schedstat: str, preemptions: int) -> None:
@@ -22,6 +27,15 @@ def test_only_tensorflows_threads_are_read_with_their_nanoseconds_and_preemption
     fake_task(tmp_path, 11, "python", "5 6 7", 1)
     fake_task(tmp_path, 12, "tf_Compute", "166360000 303440000 56", 53)
     assert tensorflow_threads(tmp_path) == {12: ThreadTimes(166360000, 53)}
+
+
+def test_every_thread_is_read_with_its_name_where_all_threads_are_asked_for(tmp_path):
+    fake_task(tmp_path, 11, "python", "5 6 7", 1)
+    fake_task(tmp_path, 12, "event_engine", "900 0 3", 2)
+    assert named_threads(tmp_path) == {
+        11: ("python", ThreadTimes(5, 1)),
+        12: ("event_engine", ThreadTimes(900, 2)),
+    }
 
 
 def test_without_proc_no_thread_is_read(tmp_path):

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OWN_TASKS", "ThreadTimes", "preemptions_between", "tensorflow_threads"]
+__all__ = ["OWN_TASKS", "ThreadTimes", "named_threads", "preemptions_between", "tensorflow_threads"]
 
 OWN_TASKS = Path("/proc/self/task")
 """This process's threads; another process's are ``/proc/<pid>/task``."""
@@ -62,9 +62,9 @@ def _read_thread(task: Path) -> ThreadTimes | None:
     return ThreadTimes(running, preemptions)
 
 
-def tensorflow_threads(tasks: Path = OWN_TASKS) -> dict[int, ThreadTimes]:
-    """The accounting of this process's threads whose name starts with ``tf_``, by thread id;
-    empty where ``/proc`` does not provide it."""
+def named_threads(tasks: Path = OWN_TASKS) -> dict[int, tuple[str, ThreadTimes]]:
+    """The name and accounting of every thread of ``tasks`` (by default this process's), by thread
+    id; empty where ``/proc`` does not provide it."""
     try:
         entries = os.listdir(tasks)
     except OSError:
@@ -75,11 +75,16 @@ def tensorflow_threads(tasks: Path = OWN_TASKS) -> dict[int, ThreadTimes]:
             name = (tasks / entry / "comm").read_text().strip()
         except OSError:
             continue
-        if name.startswith("tf_"):
-            times = _read_thread(tasks / entry)
-            if times is not None:
-                result[int(entry)] = times
+        times = _read_thread(tasks / entry)
+        if times is not None:
+            result[int(entry)] = (name, times)
     return result
+
+
+def tensorflow_threads(tasks: Path = OWN_TASKS) -> dict[int, ThreadTimes]:
+    """The accounting of the threads of ``tasks`` whose name starts with ``tf_``, by thread id;
+    empty where ``/proc`` does not provide it."""
+    return {tid: times for tid, (name, times) in named_threads(tasks).items() if name.startswith("tf_")}
 
 
 def preemptions_between(before: Mapping[int, ThreadTimes], after: Mapping[int, ThreadTimes]) -> int:
