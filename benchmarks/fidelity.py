@@ -640,9 +640,9 @@ def fed_freely(calibration, kind: str):
 def recv_calls(run_metadata) -> int:
     """``RecvTensor`` calls of a traced step: the tensors and control messages the workers sent
     each other over gRPC (0 between virtual CPUs), against ``simulated_transfers``."""
-    return sum(
-        node.node_name == "RecvTensor" for dev in run_metadata.step_stats.dev_stats for node in dev.node_stats
-    )
+    from tfplace.tf_graph.step_stats import recv_tensor_records
+
+    return len(recv_tensor_records(run_metadata))
 
 
 def finish_row(row: dict[str, Any]) -> None:

@@ -138,6 +138,15 @@ def test_a_link_latency_and_copy_cost_are_kept_when_saved():
         TransferModel(k=1e-9, b=1e-4, copy_b=2e-4)
 
 
+def test_a_tensor_arrives_after_the_links_latency_or_after_the_rest_of_b_once_the_devices_copied_it():
+    channel = TransferModel(k=1e-9, b=2e-4, latency=1.5e-4)
+    copied = TransferModel(k=1e-9, b=2e-4, copy_k=0.7e-9, copy_b=3e-5)
+    assert channel.delay(1000) == pytest.approx(1.5e-4)
+    assert copied.delay(1000) == pytest.approx(2e-4 - 3e-5 + 0.3e-9 * 1000)
+    # with the copies on both devices at once, a transfer alone still takes k * bytes + b
+    assert copied.copy_k * 1000 + copied.copy_b + copied.delay(1000) == pytest.approx(copied.time(1000))
+
+
 def test_a_negative_step_overhead_or_core_count_is_refused():
     with pytest.raises(DeviceError, match="step_overhead"):
         DeviceSet.parse("/device:CPU:0", "1GB", step_overhead=-1.0)

@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from tfplace.tf_graph.step_stats import allocation_peaks, collect_op_traces, op_name_for_node, output_shapes
+from tfplace.tf_graph.step_stats import (
+    allocation_peaks,
+    collect_op_traces,
+    op_name_for_node,
+    output_shapes,
+    recv_tensor_records,
+)
 
 # Op names of a graph with a while loop, its gradient loop, a cond, a dynamic_rnn and feeds.
 GRAPH_OPS = {
@@ -450,3 +456,32 @@ def test_a_real_traced_training_step_is_read_from_its_set_fields_alone():
 
     assert traces == collect_op_traces(metadata, ops, inputs)
     assert {"matmul", "Relu", "Reshape"} <= set(traces)
+
+
+@pytest.mark.tensorflow
+def test_recv_tensor_records_name_the_producer_both_devices_and_when_the_tensor_crossed(run_metadata):
+    worker = "/job:worker/replica:0/task:{}/device:CPU:0"
+    device = run_metadata.step_stats.dev_stats.add(device=worker.format(1))
+    for label, start, duration in [
+        (f"[0.4MB] [3.9Gb/s] edge_158_net/Relu_2 from {worker.format(0)} to {worker.format(1)}", 6_725, 912),
+        (
+            f"[0.1MB] [1.1Gb/s] edge_2323__recv_amplitude_0 from {worker.format(0)} to {worker.format(1)}",
+            6_714,
+            834,
+        ),
+        ("a label of another form", 1, 1),
+    ]:
+        device.node_stats.add(
+            node_name="RecvTensor", timeline_label=label, all_start_micros=start, all_end_rel_micros=duration
+        )
+    device.node_stats.add(node_name="net/Relu_3", timeline_label="edge_1_x from a to b", all_start_micros=9)
+
+    relu, fed = recv_tensor_records(run_metadata)
+
+    assert (relu.producer, relu.src_device, relu.dst_device) == (
+        "net/Relu_2",
+        worker.format(0),
+        worker.format(1),
+    )
+    assert (relu.start, relu.end) == (pytest.approx(6.725e-3), pytest.approx(7.637e-3))
+    assert fed.producer == "amplitude"  # a tensor the client fed, forwarded by the master's worker

@@ -95,6 +95,14 @@ class TransferModel:
         """Seconds one transfer of ``nbytes`` holds the link: :meth:`time` minus the latency."""
         return self.k * nbytes + self.b - self.latency if nbytes > 0 else 0.0
 
+    def delay(self, nbytes: float) -> float:
+        """Seconds a tensor of ``nbytes`` arrives after its transfer's work ends, holding nothing:
+        ``b - copy_b + (k - copy_k) * nbytes`` after the copy tasks with :attr:`device_copies`
+        (the request's round trip and the wire), else the :attr:`latency` after the channels."""
+        if self.device_copies:
+            return self.b - self.copy_b + (self.k - self.copy_k) * nbytes
+        return self.latency
+
     @property
     def bandwidth(self) -> float:
         """Effective bandwidth in bytes per second."""

@@ -333,10 +333,9 @@ def _add_transfer(
     plan.nbytes.append(nbytes)
     if link.device_copies:  # the devices do the work; the rest of the time holds neither
         plan.duration.append(link.copy_k * nbytes + link.copy_b * count)
-        plan.delay.append(link.b - link.copy_b + (link.k - link.copy_k) * nbytes)
     else:
         plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
-        plan.delay.append(link.latency)
+    plan.delay.append(link.delay(nbytes))
     plan.on_devices.append(link.device_copies)
     plan.route.append(route)
     plan.holds.append(holds)

@@ -67,6 +67,7 @@ from tfplace.core.costgraph import AliasedOutput
 __all__ = [
     "OpTrace",
     "OutputAllocation",
+    "RecvTensorRecord",
     "allocation_peaks",
     "allocation_record_changes",
     "collect_op_traces",
@@ -75,6 +76,7 @@ __all__ = [
     "op_name_for_node",
     "output_allocation",
     "output_shapes",
+    "recv_tensor_records",
     "set_fields",
     "set_message",
     "set_repeated",
@@ -85,6 +87,8 @@ _PARTITIONER_SUFFIX = re.compile(r"^_\d+$")
 _FUNCTION_PREFIX = "Func/"
 _TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 _VARIABLE_READS = frozenset({"ReadVariableOp"})
+_RECV_TENSOR = re.compile(r"^\[[^]]*\] \[[^]]*\] edge_\d+_(?P<tensor>\S+) from (?P<src>\S+) to (?P<dst>\S+)$")
+_CLIENT_FEED = re.compile(r"^_recv_(.+)_\d+$")
 _GPU_STREAM = re.compile(r"^(.*)/(stream:[^/]+|memcpy)$")
 _DTYPE_BYTES = {
     **{code: 1 for code in (4, 6, 10, 11, 12, 24, 25, 26, 27, 28)},
@@ -551,3 +555,51 @@ def _peak_in_use(changes: Iterable[tuple[int, int]]) -> int:
         in_use += nbytes
         peak = max(peak, in_use)
     return peak
+
+
+@dataclass(frozen=True)
+class RecvTensorRecord:
+    """One tensor a worker fetched from another over gRPC in a traced distributed step.
+
+    ``producer`` is the op whose output crossed (the client-fed placeholder for a fed tensor, which
+    the master's worker forwards); ``start`` is when the sender began sending it, or when the
+    receiver asked for it if that was later, and ``end`` when the receiver had it, both in seconds
+    on the machine's clock (the workers' records share it on one machine).
+    """
+
+    producer: str
+    src_device: str
+    dst_device: str
+    start: float
+    end: float
+
+
+def recv_tensor_records(run_metadata: Any) -> list[RecvTensorRecord]:
+    """The ``RecvTensor`` records of a traced step, in the order the step stats list them.
+
+    TensorFlow's gRPC worker cache logs one per tensor a worker receives from another while a
+    step is traced (``node_name`` ``"RecvTensor"``), its ``timeline_label`` reading
+    ``[<size>] [<rate>] edge_<id>_<producer> from <src device> to <dst device>``; a tensor the
+    client fed arrives as ``_recv_<placeholder>_<slot>``. Records of another form are skipped.
+    """
+    records = []
+    for device in set_repeated(run_metadata.step_stats, "dev_stats"):
+        for node in set_repeated(device, "node_stats"):
+            if node.node_name != "RecvTensor":
+                continue
+            label = _RECV_TENSOR.match(node.timeline_label)
+            if label is None:
+                continue
+            tensor = label.group("tensor")
+            fed = _CLIENT_FEED.match(tensor)
+            start = node.all_start_micros * 1e-6
+            records.append(
+                RecvTensorRecord(
+                    producer=fed.group(1) if fed else tensor,
+                    src_device=label.group("src"),
+                    dst_device=label.group("dst"),
+                    start=start,
+                    end=start + node.all_end_rel_micros * 1e-6,
+                )
+            )
+    return records
