@@ -1,0 +1,232 @@
+"""When each tensor of a loopback split crosses, in a traced step and in its simulation.
+
+``benchmarks/fidelity.py`` finds the two-worker splits simulated 9-30% under their measured step,
+and ``benchmarks/split_cpu.py`` that a real transfer costs the workers about twice the CPU the
+simulator charges. This benchmark looks at the transfers one by one. It runs a model's DFS-TOPO
+split (``fidelity.placements``) on two fresh loopback workers, takes ``--traces`` traced steps,
+each after the profiler's untraced steps, and reads every tensor a worker fetched from the other
+(TensorFlow's ``RecvTensor`` records, :func:`~tfplace.tf_graph.step_stats.recv_tensor_records`).
+It simulates each traced step on that step's own kernel times (the calibrated model of the
+loopback workers around them), so that what differs is how the transfers and the executors
+are modelled, not how fast the kernels ran, and prints per transfer, real beside simulated:
+
+- *sender wait*: from the end of the producer to the start of sending (the later of the
+  sender's start and the receiver's request: TensorFlow logs ``max`` of the two);
+- *in flight*: from the start of sending until the receiver has the tensor;
+- *latency*: the two together, from the producer's end to the arrival;
+
+and the traced step against its simulation. It also traces the one-worker placement as many times,
+interleaved with the split's traced steps, and prints the kernels' summed time per step in the
+split against one worker (each op's median over the traces, ops of at least :data:`SMALLEST_OP`
+on one worker), for the ops that read a tensor received from the other worker and for the others.
+
+It times ``--untraced_steps`` untraced steps of each placement before each traced one (the
+profiler's statistic of them), so that the simulation on the split's traced kernel times can be
+set against the real, untraced step as ``fidelity.py`` measures it.
+
+Measured in session 17 (load below 1, 5 traces each; untraced split / one worker / simulated on
+the split's traced kernel times): Tensor Holography 29.6 / 14.9 / 26.5 ms, the small NMT 17.4 /
+5.3 / 17.5 ms, the small Transformer 36.8 / 19.9 / 42.0 ms (its traced kernels inflated, as in
+its one-device rows). Per transfer (medians) the real sender waited 136 / 10 / 911 us where the
+simulated one waits 902 / 408 / 6,504 us, and the real latency was 1,080 / 331 / 3,336 us against
+1,835 / 801 / 6,980 us: the simulator delivers later, not earlier. The kernels of the split ran
+6-8% longer than on one worker, and those reading a received tensor 31-60% longer (a run before,
+Tensor Holography's 14% and 13%: noisy). So on the split's own kernel times the simulator is
+within 1% of the NMT's untraced step and 10% under Tensor Holography's: most of what
+``fidelity.py`` misses on the loopback splits is that their kernels run slower than the one-worker
+profile's.
+Linux only. Run from the repository root, after
+``tfplace calibrate``:
+
+    PYTHONPATH=. TFPLACE_QUIET=1 .venv/bin/python benchmarks/transfer_timeline.py --models=tensor_holography,nmt
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from absl import app, flags
+
+from benchmarks import fidelity  # and its flags --models, --calibration, --warmup_steps
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("traces", 5, "Traced steps of each placement, each after the profiler's untraced steps.")
+flags.DEFINE_integer("untraced_steps", 10, "Timed untraced steps of each placement before each traced one.")
+
+PHASES = ("sender wait", "in flight", "latency")
+
+SMALLEST_OP = 20e-6
+"""Ops compared between the split and one worker take at least this long on one worker: below it a
+kernel's time is mostly the executor's and the tracer's handling."""
+
+
+def node_ends(run_metadata: Any) -> tuple[float, float, dict[str, float]]:
+    """The first start and the last end of a traced step's records, and when each node ended (seconds)."""
+    starts, ends = [], {}
+    for device in run_metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            start = node.all_start_micros * 1e-6
+            starts.append(start)
+            ends[node.node_name] = max(ends.get(node.node_name, 0.0), start + node.all_end_rel_micros * 1e-6)
+    return min(starts), max(ends.values()), ends
+
+
+def real_phases(run_metadata: Any) -> tuple[float, dict[tuple[str, str], tuple[float, float, float]]]:
+    """The traced step's seconds, and per ``(producer, receiving device)`` its three
+    :data:`PHASES` (tensors whose producer has no record, the fed ones, are left out)."""
+    from tfplace.tf_graph.step_stats import recv_tensor_records
+
+    first, last, ends = node_ends(run_metadata)
+    phases = {}
+    for record in recv_tensor_records(run_metadata):
+        if record.producer in ends:
+            produced = ends[record.producer]
+            phases[record.producer, record.dst_device] = (
+                record.start - produced,
+                record.end - record.start,
+                record.end - produced,
+            )
+    return last - first, phases
+
+
+def simulated_phases(
+    cost_graph: Any, assignment: dict[str, str], devices: Any
+) -> tuple[float, dict[tuple[str, str], tuple[float, float, float]]]:
+    """The simulated step's seconds and the same :data:`PHASES` per transfer: from the producer's
+    end to its send task's start, from there to the arrival (the copies, then the link's
+    :meth:`~tfplace.core.transfer.TransferModel.delay`)."""
+    from tfplace.simulator import simulate
+
+    result = simulate(cost_graph, assignment, devices, record=True)
+    ends = {task.op: task.end for task in result.schedule.ops}
+    phases = {}
+    for task in result.schedule.transfers:
+        link = devices.link(task.src, task.dst)
+        arrival = task.end + link.delay(task.bytes)
+        produced = ends[task.producer]
+        phases[task.producer, devices.names[task.dst]] = (
+            task.start - produced,
+            arrival - task.start,
+            arrival - produced,
+        )
+    return result.makespan, phases
+
+
+def measure(name: str, calibration: Any) -> str:
+    """The lines of ``name``'s report (see the module docstring)."""
+    from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
+    from tfplace.estimator.step_timing import step_statistic
+    from tfplace.tf_graph.cluster import LocalCluster
+    from tfplace.tf_graph.step_stats import collect_op_traces
+
+    spec, batch, estimate = fidelity.profiled_model(name)
+    devices = calibration.device_set(fidelity.device_names("loopback", 2), 1 << 40)
+    costs = calibration.step_costs(estimate.cost_graph, "loopback")
+    costs.set_transfer_model(devices.typical_link)
+    placed = fidelity.placements(costs, estimate.imported.cost_graph, devices, ["single", "dfs_topo"])
+    split = placed["dfs_topo"]
+    traced: dict[str, list[Any]] = {placer: [] for placer in placed}
+    untraced: dict[str, list[float]] = {placer: [] for placer in placed}
+    with LocalCluster(2) as cluster, contextlib.ExitStack() as stack:
+        sessions = {
+            placer: fidelity.open_series(stack, spec, batch, placement, "loopback", cluster, calibration)
+            for placer, placement in placed.items()
+        }
+        for series in sessions.values():
+            for _ in range(FLAGS.warmup_steps):
+                series.step([])
+        for _ in range(FLAGS.traces):
+            for placer, series in sessions.items():
+                series.step([])  # after the other session's step
+                untraced[placer] += [series.step([])[0] for _ in range(FLAGS.untraced_steps)]
+                for _ in range(UNTRACED_BEFORE_TRACE):
+                    series.step([])
+                traced[placer].append(fidelity.traced_step(series))
+    ops = frozenset(estimate.cost_graph)
+    kernels = {
+        placer: [{op: t.compute_time for op, t in collect_op_traces(trace, ops).items()} for trace in traces]
+        for placer, traces in traced.items()
+    }
+    traces = traced["dfs_topo"]
+    steps: dict[str, list[float]] = {"real": [], "simulated": []}
+    samples: dict[str, list[tuple[float, float, float]]] = {"real": [], "simulated": []}
+    for trace, times in zip(traces, kernels["dfs_topo"]):
+        own_times, _ = fidelity.with_compute_times(estimate.cost_graph, times)
+        step_costs = calibration.step_costs(own_times, "loopback")
+        step_costs.set_transfer_model(devices.typical_link)
+        assignment = {op: split.assignment[op] for op in step_costs}
+        real_step, real = real_phases(trace)
+        simulated_step, simulated = simulated_phases(step_costs, assignment, devices)
+        matched = real.keys() & simulated.keys()
+        steps["real"].append(real_step)
+        steps["simulated"].append(simulated_step)
+        samples["real"] += [real[key] for key in matched]
+        samples["simulated"] += [simulated[key] for key in matched]
+    lines = [
+        f"{name} dfs_topo on 2 loopback workers, {len(traces)} traced steps (load {fidelity.load()}): "
+        f"untraced step {step_statistic(untraced['dfs_topo']) * 1e3:.2f} ms (one worker "
+        f"{step_statistic(untraced['single']) * 1e3:.2f}), traced "
+        f"{statistics.median(steps['real']) * 1e3:.2f} ms, simulated on the traced kernel times "
+        f"{statistics.median(steps['simulated']) * 1e3:.2f} ms; "
+        f"{len(samples['real']) // max(len(traces), 1)} transfers per step matched"
+    ]
+    for side, values in samples.items():
+        parts = []
+        for index, phase in enumerate(PHASES):
+            seconds = [value[index] for value in values] or [0.0]
+            parts.append(
+                f"{phase} median {statistics.median(seconds) * 1e6:.0f} us, mean {statistics.mean(seconds) * 1e6:.0f} us"
+            )
+        lines.append(f"  {side:9s}: " + "; ".join(parts))
+    lines.append(received_input_slowdown(costs, split.assignment, kernels["single"], kernels["dfs_topo"]))
+    return "\n".join(lines)
+
+
+def received_input_slowdown(
+    cost_graph: Any,
+    assignment: dict[str, str],
+    one_worker: list[dict[str, float]],
+    split: list[dict[str, float]],
+) -> str:
+    """The kernels' summed time per step on the split against one worker, for the ops (of at least
+    :data:`SMALLEST_OP` on one worker, each op's median over the traces) with an input from the
+    other worker and for the others."""
+
+    def median_times(traces: list[dict[str, float]]) -> dict[str, float]:
+        return {
+            op: statistics.median(trace[op] for trace in traces) for op in set.intersection(*map(set, traces))
+        }
+
+    alone, apart = median_times(one_worker), median_times(split)
+    sums = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}
+    for op in alone.keys() & apart.keys():
+        if alone[op] >= SMALLEST_OP:
+            received = any(assignment[u] != assignment[op] for u in cost_graph.predecessors(op))
+            totals = sums[received]
+            totals[0] += apart[op]
+            totals[1] += alone[op]
+            totals[2] += 1
+    return "  kernels, split against one worker: " + "; ".join(
+        f"{label} {count} ops {split_s * 1e3:.2f} against {one_s * 1e3:.2f} ms ({split_s / max(one_s, 1e-12) - 1:+.0%})"
+        for label, (split_s, one_s, count) in (
+            ("with a received input", sums[True]),
+            ("the others", sums[False]),
+        )
+    )
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    from tfplace.core.device_model import CpuCalibration
+
+    calibration = CpuCalibration.load(FLAGS.calibration)
+    for name in FLAGS.models:
+        fidelity.wait_for_quiet()
+        print(measure(name, calibration), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
