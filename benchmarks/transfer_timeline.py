@@ -35,8 +35,10 @@ longer than one worker's: the ops under 20 us by 65% / 31% / 24% (0.3-1.1 us eac
 reading a received tensor by 24% / 37% / 33%, the others by 12% / -5% / 9%. So on the split's own
 kernel times the simulator is 4% (NMT) and 10% (Tensor Holography) under the untraced split
 step (the Transformer 4% over, its traced kernels inflated), where on the one-worker
-profile (``fidelity.py``) it was 9-20% (NMT) and 18-30% (Tensor Holography) under: most of what it
-misses there is kernels running slower in a split than in the one-device profile.
+profile (``fidelity.py``) it was 9-20% (NMT) and 18-30% (Tensor Holography) under. Traced kernels
+overstate an untraced split's, though: a chain of small dense layers split over two workers
+(exploratory) cost 0.270 us per op untraced against 0.254 us on one worker, its traced kernels
+0.49 against 0.39 us.
 Linux only. Run from the repository root, after
 ``tfplace calibrate``:
 
