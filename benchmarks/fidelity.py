@@ -387,6 +387,39 @@ def open_series(stack, spec, batch: int, placement, kind: str, cluster, calibrat
     return Series(session, fetches, feeds)
 
 
+def loopback_placements(
+    name: str, calibration, placers: Sequence[str]
+) -> tuple[Any, int, Any, Any, Any, dict]:
+    """``name``'s small variant placed by each of ``placers`` on two loopback workers, as the
+    loopback rows are: its spec, batch and estimate (:func:`profiled_model`), the calibrated
+    devices, the step's costs on them and the placements."""
+    spec, batch, estimate = profiled_model(name)
+    devices = calibration.device_set(device_names("loopback", 2), 1 << 40)
+    costs = calibration.step_costs(estimate.cost_graph, "loopback")
+    costs.set_transfer_model(devices.typical_link)
+    return (
+        spec,
+        batch,
+        estimate,
+        devices,
+        costs,
+        placements(costs, estimate.imported.cost_graph, devices, placers),
+    )
+
+
+def open_warm_sessions(stack, spec, batch: int, placed: dict, cluster, calibration) -> dict[str, Series]:
+    """A session of each of ``placed`` on ``cluster`` (closed with ``stack``), each after
+    ``--warmup_steps`` untimed steps."""
+    sessions = {
+        placer: open_series(stack, spec, batch, placement, "loopback", cluster, calibration)
+        for placer, placement in placed.items()
+    }
+    for series in sessions.values():
+        for _ in range(FLAGS.warmup_steps):
+            series.step([])
+    return sessions
+
+
 def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, Any]:
     """Run ``--warmup_steps`` steps (at least 3, at most ``--warmup_seconds``), tracing the fourth
     (:func:`traced_step`); the last step's seconds and that trace: the allocator as the executor

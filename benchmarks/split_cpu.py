@@ -55,22 +55,11 @@ def measure(name: str, calibration) -> str:
     from tfplace.estimator.step_timing import step_statistic
     from tfplace.tf_graph.cluster import LocalCluster
 
-    spec, batch, estimate = fidelity.profiled_model(name)
-    names = fidelity.device_names("loopback", 2)
-    devices = calibration.device_set(names, 1 << 40)
-    costs = calibration.step_costs(estimate.cost_graph, "loopback")
-    costs.set_transfer_model(devices.typical_link)
-    placed = fidelity.placements(costs, estimate.imported.cost_graph, devices, PLACEMENTS)
+    spec, batch, _, devices, costs, placed = fidelity.loopback_placements(name, calibration, PLACEMENTS)
     walls: dict[str, list[float]] = {placer: [] for placer in placed}
     cpu: dict[str, Counter[tuple[int, str]]] = {placer: Counter() for placer in placed}
     with LocalCluster(2) as cluster, contextlib.ExitStack() as stack:
-        sessions = {
-            placer: fidelity.open_series(stack, spec, batch, placement, "loopback", cluster, calibration)
-            for placer, placement in placed.items()
-        }
-        for series in sessions.values():
-            for _ in range(FLAGS.warmup_steps):
-                series.step([])
+        sessions = fidelity.open_warm_sessions(stack, spec, batch, placed, cluster, calibration)
         for _ in range(FLAGS.rounds):
             for placer, series in sessions.items():
                 series.step([])

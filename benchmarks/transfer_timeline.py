@@ -126,22 +126,14 @@ def measure(name: str, calibration: Any) -> str:
     from tfplace.tf_graph.cluster import LocalCluster
     from tfplace.tf_graph.step_stats import collect_op_traces
 
-    spec, batch, estimate = fidelity.profiled_model(name)
-    devices = calibration.device_set(fidelity.device_names("loopback", 2), 1 << 40)
-    costs = calibration.step_costs(estimate.cost_graph, "loopback")
-    costs.set_transfer_model(devices.typical_link)
-    placed = fidelity.placements(costs, estimate.imported.cost_graph, devices, ["single", "dfs_topo"])
+    spec, batch, estimate, devices, costs, placed = fidelity.loopback_placements(
+        name, calibration, ["single", "dfs_topo"]
+    )
     split = placed["dfs_topo"]
     traced: dict[str, list[Any]] = {placer: [] for placer in placed}
     untraced: dict[str, list[float]] = {placer: [] for placer in placed}
     with LocalCluster(2) as cluster, contextlib.ExitStack() as stack:
-        sessions = {
-            placer: fidelity.open_series(stack, spec, batch, placement, "loopback", cluster, calibration)
-            for placer, placement in placed.items()
-        }
-        for series in sessions.values():
-            for _ in range(FLAGS.warmup_steps):
-                series.step([])
+        sessions = fidelity.open_warm_sessions(stack, spec, batch, placed, cluster, calibration)
         for _ in range(FLAGS.traces):
             for placer, series in sessions.items():
                 series.step([])  # after the other session's step
