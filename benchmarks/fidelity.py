@@ -228,14 +228,16 @@ def cycle_counter_hz() -> float:
     raise RuntimeError("/proc/cpuinfo gives no 'cpu MHz': the executor's cycle counter rate is unknown")
 
 
-def simulated(cost_graph, assignment, devices, cycles_per_second: float | None = None):
+def simulated(cost_graph, assignment, devices, cycles_per_second: float | None = None, record: bool = False):
     """The simulated step of ``assignment``, the devices following TensorFlow's CPU executor: as in
     a session's first steps, or with ``cycles_per_second`` (:func:`cycle_counter_hz`) in its steady
-    state (:func:`tfplace.core.device_model.inline_ops`)."""
+    state (:func:`tfplace.core.device_model.inline_ops`); with ``record``, its schedule too."""
     from tfplace.core.device_model import inline_ops
     from tfplace.simulator import simulate
 
-    return simulate(cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph, cycles_per_second))
+    return simulate(
+        cost_graph, assignment, devices, inline_ops=inline_ops(cost_graph, cycles_per_second), record=record
+    )
 
 
 def variable_bytes(graph, placement) -> dict[str, int]:

@@ -25,17 +25,18 @@ It times ``--untraced_steps`` untraced steps of each placement before each trace
 profiler's statistic of them), so that the simulation on the split's traced kernel times can be
 set against the real, untraced step as ``fidelity.py`` measures it.
 
-Measured in session 17 (load 1.1-1.5, 5 traces each; untraced split / one worker / simulated on
-the split's traced kernel times): Tensor Holography 30.9 / 16.2 / 27.9 ms, the small NMT 19.3 /
-5.7 / 18.5 ms, the small Transformer 42.0 / 25.0 / 43.7 ms (its traced kernels inflated, as in
-its one-device rows). Per transfer (medians) the real sender waited 155 / 10 / 4,242 us where the
-simulated one waits 882 / 402 / 6,938 us, and the real latency was 999 / 479 / 6,584 us against
-1,878 / 811 / 7,361 us: the simulator delivers later, not earlier. The split's kernels ran
-longer than one worker's: the ops under 20 us by 65% / 31% / 24% (0.3-1.1 us each), those
-reading a received tensor by 24% / 37% / 33%, the others by 12% / -5% / 9%. So on the split's own
-kernel times the simulator is 4% (NMT) and 10% (Tensor Holography) under the untraced split
-step (the Transformer 4% over, its traced kernels inflated), where on the one-worker
-profile (``fidelity.py``) it was 9-20% (NMT) and 18-30% (Tensor Holography) under. Traced kernels
+Measured in session 17 (01:12, load 0.4-1.6, 5 traces each; untraced split / one worker /
+simulated on the split's traced kernel times, the devices following TensorFlow's executor as in
+the fidelity rows): Tensor Holography 28.2 / 15.6 / 27.5 ms, the small NMT 19.1 / 5.9 / 18.1 ms,
+the small Transformer 37.2 / 20.8 / 43.4 ms (its traced kernels inflated, as in its one-device
+rows). Per transfer (medians) the real sender waited 123 / 10 / 1,042 us where the simulated one
+waits 1,019 / 489 / 6,809 us, and the real latency was 636 / 477 / 3,113 us against 2,020 / 943 /
+7,234 us: the simulator delivers later, not earlier. The split's kernels ran longer than one
+worker's: the ops under 20 us by 50% / 48% / 26% (0.3-0.7 us each), those reading a received
+tensor by 29% / 84% / 20%, the others by 10% / -4% / 8%. So on the split's own kernel times the
+simulator is 2% (Tensor Holography) and 5% (NMT) under the untraced split step (the Transformer
+17% over, its traced kernels inflated), where on the one-worker profile (``fidelity.py``) it was
+9-20% (NMT) and 18-30% (Tensor Holography) under. Traced kernels
 overstate an untraced split's, though: a chain of small dense layers split over two workers
 (exploratory) cost 0.270 us per op untraced against 0.254 us on one worker, its traced kernels
 0.49 against 0.39 us.
@@ -67,6 +68,11 @@ SMALLEST_OP = 20e-6
 mostly the executor's and the tracer's handling."""
 
 
+def phases_of(produced: float, sent: float, arrived: float) -> tuple[float, float, float]:
+    """The three :data:`PHASES` of a tensor produced, sent and arrived at these seconds."""
+    return sent - produced, arrived - sent, arrived - produced
+
+
 def node_ends(run_metadata: Any) -> tuple[float, float, dict[str, float]]:
     """The first start and the last end of a traced step's records, and when each node ended (seconds)."""
     starts, ends = [], {}
@@ -87,11 +93,8 @@ def real_phases(run_metadata: Any) -> tuple[float, dict[tuple[str, str], tuple[f
     phases = {}
     for record in recv_tensor_records(run_metadata):
         if record.producer in ends:
-            produced = ends[record.producer]
-            phases[record.producer, record.dst_device] = (
-                record.start - produced,
-                record.end - record.start,
-                record.end - produced,
+            phases[record.producer, record.dst_device] = phases_of(
+                ends[record.producer], record.start, record.end
             )
     return last - first, phases
 
@@ -99,23 +102,17 @@ def real_phases(run_metadata: Any) -> tuple[float, dict[tuple[str, str], tuple[f
 def simulated_phases(
     cost_graph: Any, assignment: dict[str, str], devices: Any
 ) -> tuple[float, dict[tuple[str, str], tuple[float, float, float]]]:
-    """The simulated step's seconds and the same :data:`PHASES` per transfer: from the producer's
-    end to its send task's start, from there to the arrival (the copies, then the link's
+    """The simulated step's seconds, the devices following TensorFlow's CPU executor as in the
+    fidelity rows (:func:`fidelity.simulated`), and the same :data:`PHASES` per transfer: from the
+    producer's end to its send task's start, from there to the arrival (the copies, then the link's
     :meth:`~tfplace.core.transfer.TransferModel.delay`)."""
-    from tfplace.simulator import simulate
-
-    result = simulate(cost_graph, assignment, devices, record=True)
+    result = fidelity.simulated(cost_graph, assignment, devices, record=True)
     ends = {task.op: task.end for task in result.schedule.ops}
     phases = {}
     for task in result.schedule.transfers:
         link = devices.link(task.src, task.dst)
         arrival = task.end + link.delay(task.bytes)
-        produced = ends[task.producer]
-        phases[task.producer, devices.names[task.dst]] = (
-            task.start - produced,
-            arrival - task.start,
-            arrival - produced,
-        )
+        phases[task.producer, devices.names[task.dst]] = phases_of(ends[task.producer], task.start, arrival)
     return result.makespan, phases
 
 
