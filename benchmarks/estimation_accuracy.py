@@ -97,6 +97,11 @@ flags.DEFINE_integer("target_batch", 8, "Batch size predicted and measured twice
 flags.DEFINE_integer("warmup_steps", 2, "Untraced steps per batch size.")
 flags.DEFINE_integer("traced_steps", 5, "Fewest traced steps per batch size.")
 flags.DEFINE_integer("max_steps", 30, "Most traced steps per batch size (RepeatPolicy.max_steps).")
+flags.DEFINE_integer(
+    "sessions",
+    RepeatPolicy().sessions,
+    "Sessions the steps of each measurement are spread over (RepeatPolicy.sessions).",
+)
 flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
 flags.DEFINE_enum("statistic", RepeatPolicy().statistic, list(STATISTICS), "Per-op statistic over steps.")
 flags.DEFINE_float(
@@ -206,6 +211,7 @@ def measure(name: str) -> Any:
             lower_fraction=FLAGS.lower_fraction,
             outlier_factor=FLAGS.outlier_factor,
             preemption=FLAGS.preemption,
+            sessions=FLAGS.sessions,
         ),
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),

@@ -79,7 +79,12 @@ def test_an_op_time_a_preemption_inflated_is_left_out_of_its_statistic(monkeypat
         monkeypatch.setattr(profiler, "collect_op_traces", fake_traces)
         monkeypatch.setattr(profiler, "tensorflow_threads", FakeScheduler(preempted=[2]))
         policy = RepeatPolicy(
-            max_steps=5, statistic="trimmed_mean", trim=0.0, outlier_factor=math.inf, preemption=accounting
+            max_steps=5,
+            statistic="trimmed_mean",
+            trim=0.0,
+            outlier_factor=math.inf,
+            preemption=accounting,
+            sessions=1,
         )
         result = profile_graph(
             graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5, repeats=policy
@@ -116,7 +121,7 @@ def test_each_op_gets_the_median_over_the_traced_steps_when_asked(monkeypatch, u
 
     monkeypatch.setattr(profiler, "collect_op_traces", fake_traces)
     graph, train = dense_graph()
-    median = RepeatPolicy(max_steps=5, statistic="median", outlier_factor=math.inf)
+    median = RepeatPolicy(max_steps=5, statistic="median", outlier_factor=math.inf, sessions=1)
     result = profile_graph(
         graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=5, repeats=median
     )
@@ -126,6 +131,42 @@ def test_each_op_gets_the_median_over_the_traced_steps_when_asked(monkeypatch, u
             assert cost.compute_time == pytest.approx(3e-6)
             assert cost.output_sizes[0] == 8
             assert cost.temporary_bytes == 8
+
+
+def test_the_steps_spread_over_sessions_each_initialized_and_the_times_are_their_mean(
+    monkeypatch, unperturbed, quiet_scheduler
+):
+    import tensorflow as tf
+
+    calls = itertools.count()
+
+    def traces(metadata, names, inputs=None):  # batches 1, 2 in turns: 4 steps a session
+        seconds = 1e-5 if next(calls) < 4 else 3e-5
+        return {name: OpTrace(seconds, (8,), 0, 0, "/device:CPU:0", 1) for name in names}
+
+    monkeypatch.setattr(profiler, "collect_op_traces", traces)
+    graph, train = dense_graph()
+    initializations = []
+    with graph.as_default():
+        counted = tf.compat.v1.py_func(lambda: initializations.append(1) or np.float32(0), [], tf.float32)
+        init = tf.group(tf.compat.v1.global_variables_initializer(), counted.op)
+    policy = RepeatPolicy(max_steps=4, statistic="median", outlier_factor=math.inf, sessions=2)
+    result = profile_graph(
+        graph,
+        train,
+        dense_feeds,
+        batch_sizes=(1, 2),
+        warmup_steps=0,
+        traced_steps=4,
+        repeats=policy,
+        init_op=init,
+    )
+    assert len(initializations) == 2
+    assert result.steps == {1: (4, 4), 2: (4, 4)}
+    times = [cost.compute_time for costs in result.costs.values() for cost in costs.values()]
+    assert times == pytest.approx([2e-5] * len(times))
+    errors = [error for per_op in result.time_errors.values() for error in per_op.values()]
+    assert errors == pytest.approx([1e-5] * len(errors))  # the two sessions' deviation over sqrt(2)
 
 
 class FakeClock:
@@ -183,7 +224,7 @@ def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(
         }
 
     graph, train = dense_graph()
-    policy = RepeatPolicy(max_steps=12, target_error=0.01, outlier_factor=math.inf)
+    policy = RepeatPolicy(max_steps=12, target_error=0.01, outlier_factor=math.inf, sessions=1)
     taken = {}
     for name, fake in (("steady", steady), ("noisy", noisy)):
         monkeypatch.setattr(profiler, "collect_op_traces", fake)

@@ -7,6 +7,7 @@ import pytest
 
 from tfplace.estimator.statistics import (
     RepeatPolicy,
+    across_sessions,
     interleaved_rounds,
     kept_steps,
     location,
@@ -150,6 +151,25 @@ def test_repeats_stop_at_the_target_error_after_the_fewest_steps_or_at_the_most(
     assert RepeatPolicy().most_steps(5) == 10 and RepeatPolicy(max_steps=8).most_steps(5) == 8
 
 
+def test_the_steps_are_shared_out_over_the_sessions_as_evenly_as_they_go():
+    shares = RepeatPolicy(max_steps=30, sessions=3).per_session(min_steps=5)
+    assert [(each.max_steps, each.sessions, fewest) for each, fewest in shares] == [(10, 1, 2)] * 3
+    shares = RepeatPolicy(max_steps=5, sessions=3).per_session(min_steps=5)
+    assert [(each.max_steps, fewest) for each, fewest in shares] == [(2, 2), (2, 2), (1, 1)]
+    # two steps measure a session's own error where one does not
+    shares = RepeatPolicy(max_steps=6, sessions=4).per_session(min_steps=3)
+    assert [(each.max_steps, fewest) for each, fewest in shares] == [(2, 2), (2, 2), (1, 1), (1, 1)]
+    assert len(RepeatPolicy(max_steps=2, sessions=3).per_session(min_steps=1)) == 2  # a step each
+    assert RepeatPolicy(sessions=1).per_session(min_steps=5) == [(RepeatPolicy(sessions=1), 5)]
+
+
+def test_an_ops_time_over_sessions_is_their_mean_with_the_standard_error_measured_between_them():
+    combined = across_sessions([{"a": (1e-5, 0.0), "b": (2e-6, 1e-7)}, {"a": (3e-5, 0.0)}])
+    assert combined["a"] == pytest.approx((2e-5, 1e-5))  # sample deviation 1.41e-5 over sqrt(2)
+    assert combined["b"] == (2e-6, 1e-7)  # one session ran it: its own statistic
+    assert across_sessions([{"a": (1e-5, 2e-7)}]) == {"a": (1e-5, 2e-7)}
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
@@ -159,6 +179,7 @@ def test_repeats_stop_at_the_target_error_after_the_fewest_steps_or_at_the_most(
         ({"outlier_factor": 1.0}, "outlier_factor"),
         ({"max_steps": 0}, "max_steps"),
         ({"target_error": -0.1}, "target_error"),
+        ({"sessions": 0}, "sessions"),
     ],
 )
 def test_a_bad_repeat_policy_is_refused_naming_the_field(fields, message):

@@ -71,6 +71,7 @@ from tfplace.estimator.shapes import (
 )
 from tfplace.estimator.statistics import (
     RepeatPolicy,
+    across_sessions,
     interleaved_rounds,
     kept_steps,
     location,
@@ -412,28 +413,41 @@ def time_statistics(
 
 @dataclass
 class _BatchSteps:
-    """The traced steps of one batch size: each step's traces and wall-clock seconds."""
+    """The traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
+    the session (its number) that ran it."""
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
+    sessions: list[int] = field(default_factory=list)
 
-    def statistics(self, policy: RepeatPolicy) -> dict[str, tuple[float, float]]:
-        """:func:`time_statistics` over the kept steps."""
-        kept = self.kept(policy)
-        return time_statistics([self.traces[i] for i in kept], policy, [self.preemptions[i] for i in kept])
+    def statistics(self, policy: RepeatPolicy, session: int | None = None) -> dict[str, tuple[float, float]]:
+        """:func:`time_statistics` over the kept steps of each session (of ``session`` alone when
+        given), combined over the sessions (:func:`~tfplace.estimator.statistics.across_sessions`)."""
+        by_session: dict[int, list[int]] = {}
+        for i in self.kept(policy):
+            if session is None or self.sessions[i] == session:
+                by_session.setdefault(self.sessions[i], []).append(i)
+        return across_sessions(
+            [
+                time_statistics([self.traces[i] for i in kept], policy, [self.preemptions[i] for i in kept])
+                for kept in by_session.values()
+            ]
+        )
 
     def kept(self, policy: RepeatPolicy) -> list[int]:
-        """Indices of the steps that are not outliers (:func:`~tfplace.estimator.statistics.kept_steps`)."""
+        """Indices of the steps that are not outliers among all of the batch size's
+        (:func:`~tfplace.estimator.statistics.kept_steps`)."""
         return [i for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
 
-    def relative_error(self, policy: RepeatPolicy) -> tuple[int, float]:
-        """Steps kept, and the time-weighted relative error of the op times over them."""
-        kept = self.kept(policy)
-        stats = np.array(list(self.statistics(policy).values()))
+    def relative_error(self, policy: RepeatPolicy, session: int) -> tuple[int, int, float]:
+        """Steps ``session`` took and kept, and the time-weighted relative error of its op times."""
+        kept = sum(1 for i in self.kept(policy) if self.sessions[i] == session)
+        taken = self.sessions.count(session)
+        stats = np.array(list(self.statistics(policy, session).values()))
         if not stats.size:
-            return len(kept), 0.0
-        return len(kept), weighted_relative_error(stats[:, 0], stats[:, 1])
+            return taken, kept, 0.0
+        return taken, kept, weighted_relative_error(stats[:, 0], stats[:, 1])
 
 
 @dataclass
@@ -472,15 +486,17 @@ def _measure(
     policy: RepeatPolicy,
     op_inputs: Mapping[str, Sequence[tuple[str, int]]],
 ) -> dict[int, _BatchMeasurement]:
-    """One session, initialized once and warmed up at every batch size; then rounds of traced
-    steps, one step per unfinished batch size each (:func:`~tfplace.estimator.statistics.interleaved_rounds`),
-    each after :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
-    :meth:`RepeatPolicy.done` says every batch size has enough.
+    """:attr:`RepeatPolicy.sessions` sessions one after another, each initialized and warmed up at
+    every batch size; in each, rounds of traced steps, one step per unfinished batch size each
+    (:func:`~tfplace.estimator.statistics.interleaved_rounds`), each after
+    :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
+    :meth:`RepeatPolicy.done` says every batch size has its share of the steps
+    (:meth:`RepeatPolicy.per_session`).
 
     The rounds go across the batch sizes (``b1, b2, b3, b1, b2, b3, ...``) rather than one batch
     size after another: when other processes slow the machine down for a while, every batch size
     gets some slow steps, instead of one batch size measuring slow throughout, which would bend the
-    regression on the batch size. The batch sizes share one session, so the variables (and
+    regression on the batch size. The batch sizes share each session, so the variables (and
     optimizer slots) are held once: a session per batch size would multiply the memory of a large
     model's profile by the number of batch sizes.
     """
@@ -491,34 +507,37 @@ def _measure(
         op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
     }
     steps = {b: _BatchSteps() for b in feeds}
-    done = {b: False for b in feeds}
-    most = policy.most_steps(traced_steps)
-    with tf.compat.v1.Session(graph=graph, config=config) as session:
-        if initializer:
-            session.run(initializer)
-        for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
-            for _ in range(warmup_steps):
-                session.run(fetches, feed_dict=feed)
-        with Progress("profiling traced steps", most * len(feeds)) as progress:
-            while not all(done.values()):
-                for b in interleaved_rounds(list(feeds), done):
-                    for _ in range(UNTRACED_BEFORE_TRACE):
-                        session.run(fetches, feed_dict=feeds[b])
-                    metadata = tf.compat.v1.RunMetadata()
-                    threads = tensorflow_threads()
-                    start = time.perf_counter()
-                    with filtered_native_stderr():
-                        session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
-                    steps[b].wall.append(time.perf_counter() - start)
-                    steps[b].preemptions.append(preemptions_between(threads, tensorflow_threads()))
-                    steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
-                    if len(steps[b].wall) == 1:
-                        _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
-                    progress.advance(f"batch {b}, step {len(steps[b].wall)}")
-                for b in feeds:
-                    if not done[b]:
-                        kept, error = steps[b].relative_error(policy)
-                        done[b] = policy.done(kept, len(steps[b].wall), traced_steps, error)
+    shares = policy.per_session(traced_steps)
+    for index, (each, fewest) in enumerate(shares):
+        label = "profiling traced steps" + (f", session {index + 1}/{len(shares)}" if len(shares) > 1 else "")
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            if initializer:
+                session.run(initializer)
+            for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
+                for _ in range(warmup_steps):
+                    session.run(fetches, feed_dict=feed)
+            done = {b: False for b in feeds}
+            with Progress(label, each.most_steps(fewest) * len(feeds)) as progress:
+                while not all(done.values()):
+                    for b in interleaved_rounds(list(feeds), done):
+                        for _ in range(UNTRACED_BEFORE_TRACE):
+                            session.run(fetches, feed_dict=feeds[b])
+                        metadata = tf.compat.v1.RunMetadata()
+                        threads = tensorflow_threads()
+                        start = time.perf_counter()
+                        with filtered_native_stderr():
+                            session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
+                        steps[b].wall.append(time.perf_counter() - start)
+                        steps[b].preemptions.append(preemptions_between(threads, tensorflow_threads()))
+                        steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
+                        steps[b].sessions.append(index)
+                        if len(steps[b].wall) == 1:
+                            _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
+                        progress.advance(f"batch {b}, step {steps[b].sessions.count(index)}")
+                    for b in feeds:
+                        if not done[b]:
+                            taken, kept, error = steps[b].relative_error(policy, index)
+                            done[b] = each.done(kept, taken, fewest, error)
     return {b: _summarize(steps[b], policy) for b in feeds}
 
 
@@ -541,12 +560,14 @@ def profile_graph(
 ) -> ProfileSet:
     """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
 
-    One ``Session`` and the initializer; ``warmup_steps`` untraced steps at each batch size; then
-    rounds of steps with ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, each
-    after :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, at least
-    ``traced_steps`` and until the op times are precise enough (``repeats``); steps far slower than
-    the others are dropped; per op a robust statistic of its time over the kept steps (by default
-    its tenth quantile, scaled to add up to the steps'), the median of its memory. Ops the fetches
+    A ``Session`` and the initializer (``repeats.sessions`` of them, one after another);
+    ``warmup_steps`` untraced steps at each batch size; then rounds of steps with
+    ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, each after
+    :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, at least ``traced_steps`` in
+    all and until the op times are precise enough (``repeats``); steps far slower than the others
+    are dropped; per op a robust statistic of its time over each session's kept steps (by default
+    its tenth quantile, scaled to add up to the steps'), averaged over the sessions, and the
+    median of its memory. Ops the fetches
     need that no trace reports get shape-based estimates and are listed in ``estimated_ops``.
 
     Parameters
@@ -570,9 +591,10 @@ def profile_graph(
         Where profiles are cached (:mod:`tfplace.estimator.cache`); a profile with the same key is
         returned without running TensorFlow. ``None`` or ``""``: no cache.
     repeats : RepeatPolicy, optional
-        The most traced steps, the target relative error, the statistic and the outlier factor
-        (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default ``RepeatPolicy()``: up to twice
-        ``traced_steps``, a relative error of 1%, the steps' tenth quantile).
+        The most traced steps, the target relative error, the statistic, the outlier factor and
+        the sessions (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default
+        ``RepeatPolicy()``: up to twice ``traced_steps``, a relative error of 1%, the steps' tenth
+        quantile, one session).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns

@@ -62,6 +62,9 @@ turns the repeats into one time per op that resists both, and says how many repe
   spun: 1.4% and 76%, the sessions 11.6%), while the two sessions differed by 5.3-18% weighted
   by time. What remains between sessions (a few percent on ops that do not depend on the batch)
   no number of steps in one session removes;
+- :func:`across_sessions`: with :attr:`RepeatPolicy.sessions` above 1 the steps are spread over
+  that many sessions, one after another, and an op's time is the mean of its statistic in each,
+  its error the standard error of that mean measured between the sessions;
 - :func:`without_preemption`: before the statistic, the observations a preemption inflated are
   taken out, by the scheduler's accounting of the thread that ran the ops, read around each step
   (:mod:`tfplace.estimator.thread_accounting`: preemptions and nanoseconds waited on the
@@ -84,7 +87,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -95,6 +98,7 @@ __all__ = [
     "STEPS_PER_MINIMUM",
     "RepeatPolicy",
     "Statistic",
+    "across_sessions",
     "interleaved_rounds",
     "kept_steps",
     "location",
@@ -150,6 +154,12 @@ class RepeatPolicy:
         Take out the observations a preemption of the op-running thread inflated, by the
         scheduler's accounting read around each step (:func:`without_preemption`); False keeps
         every observation.
+    sessions : int
+        Sessions the traced steps are spread over, one after another, each initialized and warmed
+        up afresh; an op's time is the mean of its statistic in each (:func:`across_sessions`).
+        What differs from one session to the next (the NMT's batch 8: 3.8-6.3% weighted by time
+        between two sessions of 30 steps, where 90 steps in one did no better) stays in every
+        step of one session and averages out only over sessions (:meth:`per_session`).
     """
 
     max_steps: int | None = None
@@ -159,6 +169,7 @@ class RepeatPolicy:
     lower_fraction: float = 0.1
     outlier_factor: float = 1.5
     preemption: bool = True
+    sessions: int = 3
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
@@ -171,6 +182,8 @@ class RepeatPolicy:
             raise ValueError(f"lower_fraction must be in (0, 1], got {self.lower_fraction}")
         if self.outlier_factor <= 1:
             raise ValueError(f"outlier_factor must be above 1, got {self.outlier_factor}")
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be at least 1, got {self.sessions}")
         if self.target_error < 0 or (self.max_steps is not None and self.max_steps < 1):
             raise ValueError(
                 f"need target_error >= 0 and max_steps >= 1, got {self.target_error}, {self.max_steps}"
@@ -185,12 +198,49 @@ class RepeatPolicy:
         most = self.max_steps if self.max_steps is not None else STEPS_PER_MINIMUM * min_steps
         return max(most, min_steps)
 
+    def per_session(self, min_steps: int) -> list[tuple[RepeatPolicy, int]]:
+        """The policy of each session that takes steps, and its fewest steps: the most and the
+        fewest traced steps per batch size shared out over the :attr:`sessions` as evenly as they
+        go (the first sessions take one more where they do not divide), at most one session per
+        step. With several sessions each takes at least two steps where its most allows: a
+        session stops at the target error measured between its own steps
+        (:func:`split_half_error`), which one step does not measure."""
+        if self.sessions == 1:
+            return [(self, min_steps)]
+        most = self.most_steps(min_steps)
+        sessions = min(self.sessions, most)
+        shares = []
+        for index in range(sessions):
+            session_most = most // sessions + (index < most % sessions)
+            session_fewest = min_steps // sessions + (index < min_steps % sessions)
+            fewest = min(max(session_fewest, 2), session_most)
+            shares.append((replace(self, max_steps=session_most, sessions=1), fewest))
+        return shares
+
     def done(self, kept: int, taken: int, min_steps: int, relative_error: float) -> bool:
         """Whether a batch size needs no more traced steps: ``taken`` reached the most allowed, or at
         least ``min_steps`` were kept and the time-weighted relative error is at the target."""
         if taken >= self.most_steps(min_steps):
             return True
         return kept >= min_steps and relative_error <= self.target_error
+
+
+def across_sessions(
+    per_session: Sequence[Mapping[str, tuple[float, float]]],
+) -> dict[str, tuple[float, float]]:
+    """Per op, the mean of its ``(time, error)`` statistic's times over the sessions that ran it,
+    with the standard error of that mean measured between them (the sessions' sample standard
+    deviation over the square root of their number); an op of one session keeps that session's."""
+    ops = sorted({op for session in per_session for op in session})
+    result = {}
+    for op in ops:
+        measured = [session[op] for session in per_session if op in session]
+        if len(measured) == 1:
+            result[op] = measured[0]
+            continue
+        times = np.array([time for time, _ in measured])
+        result[op] = (float(times.mean()), float(times.std(ddof=1) / math.sqrt(times.size)))
+    return result
 
 
 def interleaved_rounds(batch_sizes: Sequence[int], done: Mapping[int, bool]) -> Iterator[int]:
