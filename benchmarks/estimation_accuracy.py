@@ -46,6 +46,18 @@ sessions' batch 8 differed by 4.5-9.5% weighted by time after 5 steps on three m
 Transformer) and by 2.8-4.8% after 30 (the mean of the lowest tenth, load 2.5); with both
 spinners, Tensor Holography's by 11.6% after 10 steps and 4.6% after 30.
 
+**How many sessions.** ``--sessions`` (the profiler's default, 3) spreads each measurement's
+steps over that many sessions, one after another, and averages each op's statistic over them
+(:meth:`~tfplace.estimator.statistics.RepeatPolicy.per_session`,
+:func:`~tfplace.estimator.statistics.across_sessions`). Part of an op's time belongs to the session
+that ran it: four sessions of the NMT's batch 8, 30 steps each, differed pairwise by 3.8-6.3%
+weighted by time, the means of two of them against the other two by 3.6% (the square-root law
+expects 3.5%; exploratory, session 18), and 90 steps in one session did no better than 30
+(session 17). On the NMT (idle, 02:04-02:13 of session 18, one run each), ``--sessions=1``:
+prediction 25.1% and 24.0% per op (ratio 1.49 and 1.57), 9.9% and 7.7% weighted by time (floor
+4.6% and 4.4%); ``--sessions=3``: 16.7% (1.14) and 6.4% weighted (floor 4.5%), and with
+``--max_steps=60`` 20.3% (1.44) and 6.5% (floor 4.5%).
+
 **Preemption.** ``--preemption`` (on by default) drops the op times a preemption of
 TensorFlow's thread inflated, told by the scheduler's accounting read around each step
 (:func:`~tfplace.estimator.statistics.without_preemption`); ``--preemption=false`` keeps them.

@@ -594,7 +594,7 @@ def profile_graph(
         The most traced steps, the target relative error, the statistic, the outlier factor and
         the sessions (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default
         ``RepeatPolicy()``: up to twice ``traced_steps``, a relative error of 1%, the steps' tenth
-        quantile, one session).
+        quantile, three sessions).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
 
     Returns
