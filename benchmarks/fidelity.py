@@ -16,8 +16,9 @@ is
   of steps, each session's turn a block of steps back to back whose first step is not timed, as a
   training job runs its steps (:func:`interleaved_steps`);
 - profiled again **side by side** with those runs: ``--profile_steps`` traced steps of the
-  profiler's one-device session, on a worker process of its own (:func:`open_profile`), spread
-  over the same rounds (:class:`SideBySideProfile`). This
+  profiler's one-device sessions (three, one after another, as the profiler takes them), each on
+  a worker process of its own (:func:`open_profile`), spread over the same rounds
+  (:class:`SideBySideProfile`). This
   machine's speed moves by up to a quarter over seconds while nothing shows in the load average;
   a profile from minutes before compares two speeds (``profile_drift``: the side-by-side profile's
   summed op times against the first profile's, -26% for a Transformer profile cached in a slow
@@ -75,14 +76,14 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
-from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE
+from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, TracedSteps
 from tfplace.estimator.step_timing import step_statistic
 from tfplace.estimator.thread_accounting import OWN_TASKS
 
@@ -459,7 +460,7 @@ def interleaved_steps(
     rounds = math.ceil(steps / timed)
     every = max(1, rounds // max(FLAGS.profile_steps, 1))
     for index in range(rounds):
-        if profile is not None and index % every == 0 and len(profile.wall) < FLAGS.profile_steps:
+        if profile is not None and index % every == 0 and len(profile.steps.wall) < FLAGS.profile_steps:
             profile.step()
         shift = index % len(sessions)
         for series in [*sessions[shift:], *sessions[:shift]]:
@@ -474,10 +475,11 @@ def interleaved_steps(
 @dataclasses.dataclass
 class SideBySideProfile:
     """The model's one-device profile taken again while its placements run: traced steps of the
-    profiler's session (the original graph, :func:`~tfplace.estimator.profiler.profiling_config`,
+    profiler's sessions (the original graph, :func:`~tfplace.estimator.profiler.profiling_config`,
     the profiler's warm-up) in some of the timed rounds, reduced per op as the profiler reduces its
-    repeats (:func:`~tfplace.estimator.profiler.time_statistics` of the steps
-    :func:`~tfplace.estimator.statistics.kept_steps` keeps, preempted observations taken out).
+    repeats (:class:`~tfplace.estimator.profiler.TracedSteps`: the steps
+    :func:`~tfplace.estimator.statistics.kept_steps` keeps, preempted observations taken out, the
+    statistic of each session's steps averaged over the sessions).
 
     This VM's speed moves by up to a quarter over seconds while the load average stays below 1:
     the Transformer's untraced step had medians of 17.2 to 22.3 ms over 2-second windows of one
@@ -485,7 +487,14 @@ class SideBySideProfile:
     profile taken minutes before the runs compares two speeds of the machine; taken in the same
     rounds, profile and runs see the same one.
 
-    ``session`` may run in another process (:func:`open_profile` runs it in a worker of its own);
+    As the profiler (:attr:`~tfplace.estimator.statistics.RepeatPolicy.sessions`, session 18) the
+    steps are spread over ``sessions`` sessions one after another, ``total_steps`` of them in
+    all: part of an op's time belongs to the session that ran it (four sessions of the small NMT
+    differed by 3.8-6.3% weighted by time). ``reopen`` closes the running session and opens the
+    next, initialized and warmed up, returning it and its ``tasks``; without it the profile keeps
+    ``session``.
+
+    ``session`` may run in another process (:func:`open_profile` runs each in a worker of its own);
     ``tasks`` is then that process's ``/proc/<pid>/task``, whose TensorFlow threads run the ops
     and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`)."""
 
@@ -495,48 +504,57 @@ class SideBySideProfile:
     ops: frozenset[str]
     untraced_before: int = UNTRACED_BEFORE_TRACE
     tasks: Path = OWN_TASKS
-    traces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    wall: list[float] = dataclasses.field(default_factory=list)
-    preemptions: list[int] = dataclasses.field(default_factory=list)
+    reopen: Callable[[], tuple[Any, Path]] | None = None
+    sessions: int = 1
+    total_steps: int = 1
+    steps: TracedSteps = dataclasses.field(default_factory=TracedSteps)
 
     def step(self) -> None:
         """One traced step after ``untraced_before`` untraced ones (by default the profiler's
-        :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them);
-        its op traces, wall-clock seconds and the preemptions of TensorFlow's threads during it
-        kept (:mod:`tfplace.estimator.thread_accounting`)."""
+        :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them), in
+        the session whose share of ``total_steps`` it falls in; its op traces, wall-clock seconds
+        and the preemptions of TensorFlow's threads during it kept
+        (:mod:`tfplace.estimator.thread_accounting`)."""
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
 
+        session = self.session_of(len(self.steps.wall))
+        if self.steps.sessions and session != self.steps.sessions[-1]:
+            self.session, self.tasks = self.reopen()  # type: ignore[misc]  # session_of checks it
         for _ in range(self.untraced_before):
             self.session.run(self.fetches, self.feeds)
-
         threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)
-        self.wall.append(time.perf_counter() - start)
-        self.preemptions.append(preemptions_between(threads, tensorflow_threads(self.tasks)))
-        self.traces.append(collect_op_traces(metadata, self.ops))
+        wall = time.perf_counter() - start
+        preempted = preemptions_between(threads, tensorflow_threads(self.tasks))
+        self.steps.add(collect_op_traces(metadata, self.ops), wall, preempted, session)
+
+    def session_of(self, step: int) -> int:
+        """The session (its number) that takes traced step ``step``: ``total_steps`` shared evenly
+        over the sessions, one session only without ``reopen``."""
+        if self.reopen is None:
+            return 0
+        return min(step * self.sessions // max(self.total_steps, 1), self.sessions - 1)
 
     def compute_times(self) -> dict[str, float]:
-        """Each op's compute time by the profiler's statistic over the kept steps. (The kernel
-        times that decide the steady state's inline set stay the first profile's, measured in one
-        session's steps as the profiler takes them: interleaved with other sessions' steps,
+        """Each op's compute time by the profiler's statistic (:meth:`TracedSteps.statistics`). (The
+        kernel times that decide the steady state's inline set stay the first profile's, measured
+        in sessions' steps as the profiler takes them: interleaved with other sessions' steps,
         the NMT's ``gradients/AddN_27`` crossed TensorFlow's 3.1 us threshold and the steady peak
         came out 3.99 MB instead of 4.87.)"""
-        from tfplace.estimator.profiler import time_statistics
-        from tfplace.estimator.statistics import RepeatPolicy, kept_steps
+        from tfplace.estimator.statistics import RepeatPolicy
 
-        policy = RepeatPolicy()
-        kept = [i for i, keep in enumerate(kept_steps(self.wall, policy.outlier_factor)) if keep]
-        times = time_statistics([self.traces[i] for i in kept], policy, [self.preemptions[i] for i in kept])
-        return {op: seconds for op, (seconds, _) in times.items()}
+        return {op: seconds for op, (seconds, _) in self.steps.statistics(RepeatPolicy()).items()}
 
 
 def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProfile:
-    """The profiler's session of ``spec`` at ``batch`` (closed with ``stack``), initialized and
-    warmed up as :func:`tfplace.api.estimate_costs` warms it up, on a worker process of its own
-    (a one-worker :class:`~tfplace.tf_graph.cluster.LocalCluster`, started afresh), as a user's
-    profiler runs in a process that hosts no other session.
+    """The profiler's sessions of ``spec`` at ``batch`` (the last closed with ``stack``),
+    :attr:`~tfplace.estimator.statistics.RepeatPolicy.sessions` of them over the
+    ``--profile_steps`` traced steps, each initialized and warmed up as
+    :func:`tfplace.api.estimate_costs` warms it up, on a worker process of its own (a one-worker
+    :class:`~tfplace.tf_graph.cluster.LocalCluster`, started afresh, the previous session's
+    closed first), as a user's profiler runs in a process that hosts no other session.
 
     In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
     the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
@@ -547,23 +565,42 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     before ran Inception V3's kernels slower than a fresh one (its loopback rows against a fresh
     profile worker -13% to -15% when the loopback workers had run three models first, -2% to -7%
     when they were fresh too; one run each)."""
+    import contextlib
     import inspect
 
     import tensorflow as tf
 
     from tfplace.api import estimate_costs
     from tfplace.estimator.profiler import profiling_config
+    from tfplace.estimator.statistics import RepeatPolicy
     from tfplace.tf_graph.cluster import LocalCluster
 
-    host = stack.enter_context(LocalCluster(1))
-    session = stack.enter_context(
-        tf.compat.v1.Session(host.target, graph=spec.graph, config=profiling_config())
-    )
-    session.run(spec.init_op)
     feeds = spec.feed_fn(batch)
-    for _ in range(inspect.signature(estimate_costs).parameters["warmup_steps"].default):
-        session.run(spec.train_op, feeds)
-    return SideBySideProfile(session, spec.train_op, feeds, ops, tasks=Path(f"/proc/{host.pids[0]}/task"))
+    warmup_steps = inspect.signature(estimate_costs).parameters["warmup_steps"].default
+    running = stack.enter_context(contextlib.ExitStack())
+
+    def reopen() -> tuple[Any, Path]:
+        running.close()
+        host = running.enter_context(LocalCluster(1))
+        session = running.enter_context(
+            tf.compat.v1.Session(host.target, graph=spec.graph, config=profiling_config())
+        )
+        session.run(spec.init_op)
+        for _ in range(warmup_steps):
+            session.run(spec.train_op, feeds)
+        return session, Path(f"/proc/{host.pids[0]}/task")
+
+    session, tasks = reopen()
+    return SideBySideProfile(
+        session,
+        spec.train_op,
+        feeds,
+        ops,
+        tasks=tasks,
+        reopen=reopen,
+        sessions=RepeatPolicy().sessions,
+        total_steps=FLAGS.profile_steps,
+    )
 
 
 def with_compute_times(cost_graph, times: dict[str, float]):

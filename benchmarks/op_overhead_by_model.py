@@ -104,7 +104,7 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
             session.run(fetch, feeds)
             untraced.append(time.perf_counter() - start)
         untraced_faults = (minor_faults() - faults) / FLAGS.steps
-    steps = profile.traces
+    steps = profile.steps.traces
     traced = sorted({op for step in steps for op in step})
     node = {op: [step[op].node_time if op in step else math.nan for step in steps] for op in traced}
     kernel = {op: [step[op].kernel_time if op in step else math.nan for step in steps] for op in traced}

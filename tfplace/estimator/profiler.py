@@ -99,6 +99,7 @@ __all__ = [
     "OpCost",
     "ProfileSet",
     "RepeatPolicy",
+    "TracedSteps",
     "median_cost",
     "profile_graph",
     "profiling_config",
@@ -412,14 +413,22 @@ def time_statistics(
 
 
 @dataclass
-class _BatchSteps:
-    """The traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
-    the session (its number) that ran it."""
+class TracedSteps:
+    """Traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
+    the session (its number) that ran it, reduced per op as the profiler reduces them
+    (:meth:`statistics`)."""
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
     sessions: list[int] = field(default_factory=list)
+
+    def add(self, traces: dict[str, OpTrace], wall: float, preemptions: int, session: int) -> None:
+        """Record one traced step of ``session``."""
+        self.traces.append(traces)
+        self.wall.append(wall)
+        self.preemptions.append(preemptions)
+        self.sessions.append(session)
 
     def statistics(self, policy: RepeatPolicy, session: int | None = None) -> dict[str, tuple[float, float]]:
         """:func:`time_statistics` over the kept steps of each session (of ``session`` alone when
@@ -459,7 +468,7 @@ class _BatchMeasurement:
     taken: int
 
 
-def _summarize(steps: _BatchSteps, policy: RepeatPolicy) -> _BatchMeasurement:
+def _summarize(steps: TracedSteps, policy: RepeatPolicy) -> _BatchMeasurement:
     """The kept steps of one batch size: each op's traces, time statistic and the median step."""
     kept = steps.kept(policy)
     traces: dict[str, list[OpTrace]] = {}
@@ -506,7 +515,7 @@ def _measure(
     iterator_ops = {
         op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
     }
-    steps = {b: _BatchSteps() for b in feeds}
+    steps = {b: TracedSteps() for b in feeds}
     shares = policy.per_session(traced_steps)
     for index, (each, fewest) in enumerate(shares):
         label = "profiling traced steps" + (f", session {index + 1}/{len(shares)}" if len(shares) > 1 else "")
@@ -527,10 +536,11 @@ def _measure(
                         start = time.perf_counter()
                         with filtered_native_stderr():
                             session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
-                        steps[b].wall.append(time.perf_counter() - start)
-                        steps[b].preemptions.append(preemptions_between(threads, tensorflow_threads()))
-                        steps[b].traces.append(collect_op_traces(metadata, op_inputs, op_inputs))
-                        steps[b].sessions.append(index)
+                        wall = time.perf_counter() - start
+                        preempted = preemptions_between(threads, tensorflow_threads())
+                        steps[b].add(
+                            collect_op_traces(metadata, op_inputs, op_inputs), wall, preempted, index
+                        )
                         if len(steps[b].wall) == 1:
                             _check_iterators_follow_the_batch(output_shapes(metadata, iterator_ops), b)
                         progress.advance(f"batch {b}, step {steps[b].sessions.count(index)}")
