@@ -552,9 +552,9 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     """The profiler's sessions of ``spec`` at ``batch`` (the last closed with ``stack``),
     :attr:`~tfplace.estimator.statistics.RepeatPolicy.sessions` of them over the
     ``--profile_steps`` traced steps, each initialized and warmed up as
-    :func:`tfplace.api.estimate_costs` warms it up, on a worker process of its own (a one-worker
-    :class:`~tfplace.tf_graph.cluster.LocalCluster`, started afresh, the previous session's
-    closed first), as a user's profiler runs in a process that hosts no other session.
+    :func:`tfplace.api.estimate_costs` warms it up, where the profiler runs it: a worker process
+    of its own under TensorFlow's BFC allocator for the CPU, started afresh, the previous
+    session's closed first (:func:`~tfplace.estimator.profiling_process.profiling_session`).
 
     In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
     the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
@@ -568,12 +568,10 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     import contextlib
     import inspect
 
-    import tensorflow as tf
-
     from tfplace.api import estimate_costs
     from tfplace.estimator.profiler import profiling_config
+    from tfplace.estimator.profiling_process import profiling_session
     from tfplace.estimator.statistics import RepeatPolicy
-    from tfplace.tf_graph.cluster import LocalCluster
 
     feeds = spec.feed_fn(batch)
     warmup_steps = inspect.signature(estimate_costs).parameters["warmup_steps"].default
@@ -581,14 +579,11 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
 
     def reopen() -> tuple[Any, Path]:
         running.close()
-        host = running.enter_context(LocalCluster(1))
-        session = running.enter_context(
-            tf.compat.v1.Session(host.target, graph=spec.graph, config=profiling_config())
-        )
+        session, tasks = running.enter_context(profiling_session(spec.graph, profiling_config(), "worker"))
         session.run(spec.init_op)
         for _ in range(warmup_steps):
             session.run(spec.train_op, feeds)
-        return session, Path(f"/proc/{host.pids[0]}/task")
+        return session, tasks
 
     session, tasks = reopen()
     return SideBySideProfile(

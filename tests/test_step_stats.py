@@ -144,7 +144,7 @@ def test_collect_op_traces_counts_each_records_kernel_and_sums_every_record_of_a
     assert loop.output_sizes == ()
     assert loop.temporary_bytes == 2 * (64 + 32)  # what the allocator saw, not the forwarded input
     relu = traces["Relu"]
-    assert relu.output_sizes == (128, 8)
+    assert relu.output_sizes == (100, 8)  # requested: a BFC allocator's 256-byte rounding is its own
     assert relu.temporary_bytes == 10
     assert relu.device.endswith("device:CPU:0")
 
@@ -204,7 +204,7 @@ def test_gpu_kernel_time_from_stream_all_replaces_the_launch_time(run_metadata):
     traces = collect_op_traces(run_metadata, GRAPH_OPS)
     assert traces["Relu"].compute_time == pytest.approx(7e-6)
     assert traces["Relu"].executions == 1
-    assert traces["Relu"].output_sizes == (128,)
+    assert traces["Relu"].output_sizes == (100,)
     assert traces["Reshape"].compute_time == pytest.approx(1.5e-6 - 2e-9)  # no stream record: its host kernel
     assert traces["Relu"].device == gpu
 
@@ -310,7 +310,7 @@ def test_a_view_into_a_larger_buffer_has_the_bytes_of_its_own_elements(run_metad
         output.tensor_description.dtype = 1  # DT_FLOAT
         for size in dims:
             output.tensor_description.shape.dim.add(size=size)
-    assert collect_op_traces(run_metadata, GRAPH_OPS)["Reshape"].output_sizes == (16 * 256 * 4, 512)
+    assert collect_op_traces(run_metadata, GRAPH_OPS)["Reshape"].output_sizes == (16 * 256 * 4, 400)
 
 
 def _traced_step(graph, fetch, feeds):

@@ -226,8 +226,10 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 4
-"""Version of a stored :class:`CpuCalibration`. 4 (session 16): each kind's :class:`FeedCost` is
+CALIBRATION_FORMAT = 5
+"""Version of a stored :class:`CpuCalibration`. 5 (session 19): the per-op overhead is measured
+against chains traced as the profiler now traces, on a worker of its own under TensorFlow's BFC
+allocator for the CPU (``tfplace.estimator.profiling_process``). 4 (session 16): each kind's :class:`FeedCost` is
 measured (an older file feeds for free). 3 (session 12): the per-op overhead is measured
 against the traced ops' kernel times, which profiles now count, not their whole node times (about
 0.4 us per op less on this machine). 2 (session 11): against traced op times that add up to the

@@ -600,7 +600,8 @@ def time_traced_and_untraced(
     warmup_steps: int = STEADY_STATE_STEPS,
 ) -> list[tuple[int, float, float]]:
     """Per training step ``steps`` build, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
-    step in this process records and their times summed, as the profiler measures them, and the
+    step records and their times summed, as the profiler measures them (on a worker of its own
+    under the BFC allocator, :mod:`tfplace.estimator.profiling_process`), and the
     seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
     The steps and the two kinds of run are timed in turns, ``repeats`` times; each turn first runs
@@ -618,6 +619,7 @@ def time_traced_and_untraced(
     import tensorflow as tf
 
     from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, profiling_config
+    from tfplace.estimator.profiling_process import profiling_session
     from tfplace.tf_graph.step_stats import node_kernel_time
 
     if repeats < 1:
@@ -627,7 +629,7 @@ def time_traced_and_untraced(
         runs = []
         for build in steps:
             graph, fetch, initializer, feeds = build("/device:CPU:0")
-            session = stack.enter_context(tf.compat.v1.Session(graph=graph, config=profiling_config()))
+            session, _ = stack.enter_context(profiling_session(graph, profiling_config(), "worker"))
             session.run(initializer)
             graph, remote_fetch, initializer, _ = build(device)
             remote = stack.enter_context(tf.compat.v1.Session(target, graph=graph, config=config))

@@ -10,6 +10,10 @@ Measurement choices (each documented where it is made):
 - threads: one inter-op thread, so ops run one at a time and a record measures one op, not one
   op sharing the cores with others; one intra-op thread unless the config sets another count
   (:func:`profiling_config`);
+- process: each session on a worker process of its own under TensorFlow's BFC allocator for the
+  CPU, where a traced step's own records do not slow its allocating kernels down
+  (:mod:`tfplace.estimator.profiling_process`; this process for a step that calls back into its
+  Python, or with ``process="this"``);
 - graph rewrites: Grappler and the classic graph optimizer are off by default, so that each op
   of the GraphDef runs as itself (fusion would hide ``Conv2D`` inside ``_FusedConv2D`` named after
   its ``Relu``; constant folding and CSE would remove ops) and gets its own measurement;
@@ -48,6 +52,7 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import statistics
 import time
@@ -62,6 +67,12 @@ from tfplace.core.device_model import least_cost_estimate
 from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
 from tfplace.estimator.perturb import cost_factors, perturbation_seed
+from tfplace.estimator.profiling_process import (
+    WORKER_ENVIRONMENT,
+    ProfilingProcess,
+    profiling_process_for,
+    profiling_session,
+)
 from tfplace.estimator.shapes import (
     UNKNOWN_OP_TIME,
     estimate_op,
@@ -128,7 +139,9 @@ kernels. Under the default allocator a traced step's own records fragment the he
 kernels write their outputs to buffers not in the caches and the small Transformer's traced
 kernels summed 0.7-1.1 us per op above its untraced step; under ``TF_CPU_ALLOCATOR_USE_BFC=true``
 within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran up to 13% slower (session 13,
-``benchmarks/op_overhead_by_model.py``, ``docs/experiments.md``)."""
+``benchmarks/op_overhead_by_model.py``, ``docs/experiments.md``). So the profiler traces in a
+worker process under it (:mod:`tfplace.estimator.profiling_process`, session 19); these variables
+of the process profiled in still key the profile."""
 
 _PROFILE_FORMAT = 10
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
@@ -494,8 +507,10 @@ def _measure(
     traced_steps: int,
     policy: RepeatPolicy,
     op_inputs: Mapping[str, Sequence[tuple[str, int]]],
+    process: ProfilingProcess,
 ) -> dict[int, _BatchMeasurement]:
-    """:attr:`RepeatPolicy.sessions` sessions one after another, each initialized and warmed up at
+    """:attr:`RepeatPolicy.sessions` sessions one after another (in ``process``:
+    :func:`~tfplace.estimator.profiling_process.profiling_session`), each initialized and warmed up at
     every batch size; in each, rounds of traced steps, one step per unfinished batch size each
     (:func:`~tfplace.estimator.statistics.interleaved_rounds`), each after
     :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
@@ -519,7 +534,7 @@ def _measure(
     shares = policy.per_session(traced_steps)
     for index, (each, fewest) in enumerate(shares):
         label = "profiling traced steps" + (f", session {index + 1}/{len(shares)}" if len(shares) > 1 else "")
-        with tf.compat.v1.Session(graph=graph, config=config) as session:
+        with profiling_session(graph, config, process) as (session, tasks):
             if initializer:
                 session.run(initializer)
             for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
@@ -532,12 +547,12 @@ def _measure(
                         for _ in range(UNTRACED_BEFORE_TRACE):
                             session.run(fetches, feed_dict=feeds[b])
                         metadata = tf.compat.v1.RunMetadata()
-                        threads = tensorflow_threads()
+                        threads = tensorflow_threads(tasks)
                         start = time.perf_counter()
                         with filtered_native_stderr():
                             session.run(fetches, feed_dict=feeds[b], options=options, run_metadata=metadata)
                         wall = time.perf_counter() - start
-                        preempted = preemptions_between(threads, tensorflow_threads())
+                        preempted = preemptions_between(threads, tensorflow_threads(tasks))
                         steps[b].add(
                             collect_op_traces(metadata, op_inputs, op_inputs), wall, preempted, index
                         )
@@ -567,10 +582,12 @@ def profile_graph(
     init_op: Any = None,
     cache_dir: Any = None,
     repeats: RepeatPolicy | None = None,
+    process: ProfilingProcess = "worker",
 ) -> ProfileSet:
     """Measure per-op costs of one step of ``graph`` at each of ``batch_sizes``.
 
-    A ``Session`` and the initializer (``repeats.sessions`` of them, one after another);
+    A ``Session`` and the initializer (``repeats.sessions`` of them, one after another, each in
+    ``process``);
     ``warmup_steps`` untraced steps at each batch size; then rounds of steps with
     ``RunOptions(trace_level=FULL_TRACE)``, one per batch size each, each after
     :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, at least ``traced_steps`` in
@@ -606,6 +623,11 @@ def profile_graph(
         ``RepeatPolicy()``: up to twice ``traced_steps``, a relative error of 1%, the steps' tenth
         quantile, three sessions).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
+    process : {"worker", "this"}
+        Where the sessions run (:mod:`tfplace.estimator.profiling_process`): ``"worker"`` (the
+        default), a worker process of their own under TensorFlow's BFC allocator for the CPU, where a
+        traced step's records do not slow its kernels down; ``"this"``, this process. A step with
+        ops that call back into this process's Python is always profiled here.
 
     Returns
     -------
@@ -635,6 +657,7 @@ def profile_graph(
     _check_feeds_follow_the_batch(feeds)
     initializer = _initializer(graph, init_op, needed)
     session_config = profiling_config(config)
+    process = profiling_process_for((op.type for op in graph.get_operations()), process)
 
     settings = {
         "fetches": list(fetch_names),
@@ -652,6 +675,8 @@ def profile_graph(
         "tensorflow": tf.__version__,
         "profile_format": _PROFILE_FORMAT,
     }
+    if process == "worker":
+        settings["worker_environment"] = WORKER_ENVIRONMENT
     perturbation = perturbation_seed()
     if perturbation is not None:
         settings["perturbation_seed"] = perturbation
@@ -669,7 +694,16 @@ def profile_graph(
 
     inputs = {op.name: [(tensor.op.name, tensor.value_index) for tensor in op.inputs] for op in needed}
     measured = _measure(
-        graph, fetched, feeds, initializer, session_config, warmup_steps, traced_steps, policy, inputs
+        graph,
+        fetched,
+        feeds,
+        initializer,
+        session_config,
+        warmup_steps,
+        traced_steps,
+        policy,
+        inputs,
+        process,
     )
     profile = _assemble(graph, needed, measured, {b: feeds[b] for b in sizes})
     if perturbation is not None:
@@ -696,11 +730,18 @@ def _assemble(
     for op, nbytes in variable_bytes(needed).items():
         persistent[op] = persistent.get(op, 0) + nbytes
 
-    missing = sorted({op.name for op in needed if any(op.name not in m.traces for m in measured.values())})
+    fed = {
+        op.name
+        for op in needed
+        if op.outputs
+        and all(f"{op.name}:{slot}" in feeds[b] for b in sizes for slot in range(len(op.outputs)))
+    }
+    untraced = {op.name for op in needed if any(op.name not in m.traces for m in measured.values())}
+    missing = sorted(untraced - fed)
     partial = sorted(
         op.name
         for op in needed
-        if op.name not in missing
+        if op.name not in untraced
         and any(len(t.output_sizes) < len(op.outputs) for m in measured.values() for t in m.traces[op.name])
     )
     costs: dict[int, dict[str, OpCost]] = {}
@@ -712,6 +753,8 @@ def _assemble(
             kernel = least_cost_estimate([trace.kernel_time for trace in traces])
             aliases = shared_aliases(traces)
             per_op[op] = OpCost(compute, outputs, temporary, persistent.get(op, 0), aliases, kernel)
+        for op in sorted((untraced & fed) - per_op.keys()):
+            per_op[op] = _fed_cost(op, feeds[b], persistent.get(op, 0))
         if missing or partial:
             _estimate_from_shapes(graph, per_op, missing, partial, feeds[b], b, persistent)
         costs[b] = per_op
@@ -726,6 +769,20 @@ def _assemble(
         steps={b: (m.kept, m.taken) for b, m in measured.items()},
         devices={op: traces[-1].device for op, traces in largest.items()},
     )
+
+
+def _fed_cost(op: str, feeds: Mapping[str, Any], persistent: int) -> OpCost:
+    """The cost of an op whose every output the step is fed and no trace reports (on a worker the
+    client's arrays arrive through ``_Recv`` nodes, not as the op's own record): each output the
+    fed array's bytes, no time of its own (feeding is the calibrated
+    :class:`~tfplace.core.device_model.FeedCost`)."""
+    sizes = []
+    for slot in itertools.count():
+        array = feeds.get(f"{op}:{slot}")
+        if array is None:
+            break
+        sizes.append(int(array.nbytes))
+    return OpCost(TIME_FLOOR, tuple(sizes), 0, persistent, (), TIME_FLOOR)
 
 
 def _perturbed(costs: Mapping[int, Mapping[str, OpCost]], seed: int) -> dict[int, dict[str, OpCost]]:

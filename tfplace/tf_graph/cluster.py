@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import IO
 
@@ -58,6 +58,9 @@ class LocalCluster:
         machine's cores, so the default gives each worker one of each.
     start_timeout : float
         Seconds to wait for every worker to accept connections (importing TensorFlow takes a few).
+    environment : mapping of str to str, optional
+        Variables set in the workers' environment on top of this process's (say, a CPU allocator
+        that TensorFlow reads once per process).
 
     Attributes
     ----------
@@ -80,6 +83,7 @@ class LocalCluster:
         inter_op_threads: int = 1,
         intra_op_threads: int = 1,
         start_timeout: float = 120.0,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"a cluster needs at least one worker, got {num_workers}")
@@ -87,6 +91,7 @@ class LocalCluster:
         self.inter_op_threads = inter_op_threads
         self.intra_op_threads = intra_op_threads
         self.start_timeout = start_timeout
+        self.environment = dict(environment or {})
         self.ports: list[int] = []
         self._processes: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
@@ -150,7 +155,11 @@ class LocalCluster:
                 "--intra-op-threads",
                 str(self.intra_op_threads),
             ]
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+            env = {
+                **os.environ,
+                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+                **self.environment,
+            }
             self._processes.append(
                 subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
             )

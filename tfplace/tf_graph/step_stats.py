@@ -289,13 +289,16 @@ def _memory_stat(node: Any, name: str) -> int:
 
 
 def _tensor_bytes(output: Any) -> int:
-    """Bytes of an output: what its allocation reports, or its own size when it is a view.
+    """Bytes of an output: what its allocation requested, or its own size when it is a view.
 
     A view into a larger buffer (a ``Split`` output) reports the whole buffer's sizes; its own
-    elements times their size is then smaller than the buffer's ``requested_bytes``.
+    elements times their size is then smaller than the buffer's ``requested_bytes``. The request,
+    not the allocated chunk: a BFC allocator (a GPU's, or the CPU's of the profiler's worker,
+    :mod:`tfplace.estimator.profiling_process`) rounds chunks up to 256 bytes, which TensorFlow's
+    default CPU allocator does not.
     """
     allocation = output_allocation(output)
-    reported = allocation.allocated_bytes or allocation.requested_bytes
+    reported = allocation.requested_bytes or allocation.allocated_bytes
     own = _shape_bytes(set_message(output, "tensor_description"))
     return own if own is not None and own < allocation.requested_bytes else reported
 
