@@ -19,6 +19,10 @@ def test_a_step_that_calls_back_into_python_is_profiled_in_this_process():
     assert profiling_process_for(["MatMul"], "this") == "this"
 
 
+def test_a_machine_with_gpus_profiles_in_this_process_whose_gpu_allocator_is_bfc_already():
+    assert profiling_process_for(["MatMul", "Relu"], "worker", gpus=True) == "this"
+
+
 def test_an_unknown_profiling_process_is_refused_by_name():
     with pytest.raises(ValueError, match="'elsewhere'"):
         profiling_process_for(["MatMul"], "elsewhere")  # type: ignore[arg-type]

@@ -627,7 +627,8 @@ def profile_graph(
         Where the sessions run (:mod:`tfplace.estimator.profiling_process`): ``"worker"`` (the
         default), a worker process of their own under TensorFlow's BFC allocator for the CPU, where a
         traced step's records do not slow its kernels down; ``"this"``, this process. A step with
-        ops that call back into this process's Python is always profiled here.
+        ops that call back into this process's Python, or on a machine with GPUs, is always
+        profiled here.
 
     Returns
     -------
@@ -657,7 +658,11 @@ def profile_graph(
     _check_feeds_follow_the_batch(feeds)
     initializer = _initializer(graph, init_op, needed)
     session_config = profiling_config(config)
-    process = profiling_process_for((op.type for op in graph.get_operations()), process)
+    process = profiling_process_for(
+        (op.type for op in graph.get_operations()),
+        process,
+        gpus=bool(tf.config.list_physical_devices("GPU")),
+    )
 
     settings = {
         "fetches": list(fetch_names),

@@ -10,12 +10,14 @@ tensors come from a pool of their own and the traced kernels add up to the untra
 TensorFlow reads that variable once per process, and the user's own steps ran up to 13% slower
 under it. So the profile is taken in a worker process started with it
 (:class:`~tfplace.tf_graph.cluster.LocalCluster`, one worker, fresh for each session), while the
-user's process and the steps the plan is for keep their allocator: in session 19 the one-device
-fidelity rows of the four models went from -4% to +24% to -9% to +4% (``results/README.md``).
+user's process and the steps the plan is for keep their allocator: in session 19 the
+Transformer's one-device fidelity rows went from +12..+24% to -8..+4% (three runs,
+``results/README.md``).
 
 A graph with ops that run Python of the client process (``tf.py_function``, ``tf.numpy_function``,
 in the step or its initializer) cannot run on a worker; it is profiled in this process
-(:func:`profiling_process_for`).
+(:func:`profiling_process_for`). So is a graph on a machine with GPUs: their allocator is BFC
+already, and a second process would compete for their memory with this one.
 """
 
 from __future__ import annotations
@@ -49,14 +51,16 @@ CLIENT_OP_TYPES = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 """Op types whose kernel calls back into the Python of the process that built the graph."""
 
 
-def profiling_process_for(op_types: Iterable[str], requested: ProfilingProcess) -> ProfilingProcess:
+def profiling_process_for(
+    op_types: Iterable[str], requested: ProfilingProcess, *, gpus: bool = False
+) -> ProfilingProcess:
     """``requested``, except ``"this"`` for a step with an op of :data:`CLIENT_OP_TYPES` (it cannot
-    run on a worker)."""
+    run on a worker) and on a machine with ``gpus``."""
     if requested not in PROFILING_PROCESSES:
         raise ValueError(
             f"process must be one of {', '.join(map(repr, PROFILING_PROCESSES))}, got {requested!r}"
         )
-    return "this" if CLIENT_OP_TYPES.intersection(op_types) else requested
+    return "this" if gpus or CLIENT_OP_TYPES.intersection(op_types) else requested
 
 
 @contextlib.contextmanager
