@@ -56,7 +56,10 @@ session (every kernel not declared inexpensive goes through the thread pool, the
 runs inline every kernel it has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
 MB from step 120), the order ``simulated_steady_peak_mb`` follows (each op's profiled kernel time
 on the machine's cycle counter: :func:`tfplace.core.device_model.inline_ops`, :func:`cycle_counter_hz`).
-Both compare the device with the largest simulated peak.
+Both compare the device with the largest simulated peak. On loopback workers the simulated
+peak is the larger of the two orders a received tensor's race on the shared cores can give (rule 4
+of :mod:`tfplace.simulator.engine`; Inception V3's split held 236.78 MB in most real steps and
+188-197 MB in others).
 
 ``error = (simulated - measured) / measured``; the targets are 5% for time and 10% for memory.
 Each model waits until the one-minute load average is below ``--max_load`` (at most

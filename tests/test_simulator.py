@@ -374,6 +374,23 @@ def test_peak_memory_counts_persistent_live_outputs_and_temporary_bytes():
     assert result.oom == []
 
 
+def test_on_shared_cores_a_devices_peak_covers_a_receive_taken_in_only_once_its_device_is_idle():
+    # a (GPU:0) sends x 100 bytes (1 .. 5, received on a free core while y runs); at 6 x runs
+    # first and frees them, then q allocates 100. Had the receive waited for GPU:1 (the race's
+    # other end), q would run at 6 with the 100 received bytes still held: 200.
+    graph = graph_from_edges(
+        [("a", "x", 100), ("y", "q", 0), ("q", "fin", 100), ("x", "fin", 0)],
+        compute={"a": 1, "x": 1, "y": 6, "q": 1, "fin": 1},
+    )
+    assignment = placed(graph, {"a": 0, "x": 1, "y": 1, "q": 1, "fin": 1})
+    link = TransferModel(k=0.04, b=0.0, copy_k=0.04)
+    result = simulate(graph, assignment, gpus(intra_host=link, cores=3), record=True)
+    assert [task.op for task in result.schedule.ops] == ["a", "y", "x", "q", "fin"]
+    assert result.schedule.memory[1].bytes.max() == 100
+    assert result.peak_memory[1] == 200
+    assert result.makespan == pytest.approx(9)  # the time is this order's
+
+
 def test_a_received_tensor_is_held_until_its_last_consumer_there_ends():
     graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
     graph.add_op("a", compute_time=1, output_sizes=(10,))

@@ -88,7 +88,8 @@ class SimulationResult:
     busy_time : numpy.ndarray
         Seconds each device of ``devices.all_devices`` spends running ops.
     peak_memory : numpy.ndarray
-        Largest number of bytes each device holds at any moment (int64).
+        Largest number of bytes each device holds at any moment (int64); on devices sharing
+        cores, in either order a receive's race can take (the simulator's rule 4).
     bytes_moved : int
         Bytes of every simulated transfer.
     link_bytes : numpy.ndarray
@@ -102,7 +103,8 @@ class SimulationResult:
     placed_ccr : float
         ``transfer_seconds`` over summed compute time: the communication this placement causes.
     oom : list of OomEvent
-        The first out-of-memory moment of each device that overflowed, in time order.
+        The first out-of-memory moment of each device that overflowed (in either order, as
+        ``peak_memory``), in time order.
     schedule : Schedule or None
         What ran when, with ``record=True``.
     step_overhead : float
