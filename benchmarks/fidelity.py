@@ -49,8 +49,8 @@ the step's kernels held at once by the allocation records of a ``FULL_TRACE`` st
 (:func:`tfplace.tf_graph.step_stats.allocation_peaks`), plus the variables resident on the device
 (their buffers, sized from the placed graph's variables), which the allocator holds from before the
 step, the most of either session's steps (since session 10; before, the median of the two).
-``allocator_peak_mb`` is each session's fourth step, as the executor runs the first steps of a
-session (every kernel not declared inexpensive goes through the thread pool, the order
+``allocator_peak_mb`` is ``--first_traces`` steps of each session from its fourth on (each
+session's fourth alone until session 21), as the executor runs the first steps of a session (every kernel not declared inexpensive goes through the thread pool, the order
 ``simulated_peak_mb`` follows: :data:`tfplace.core.device_model.INEXPENSIVE_KERNELS`);
 ``steady_peak_mb`` is ``--steady_traces`` steps of each after the timed ones, once the executor
 runs inline every kernel it has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
@@ -115,6 +115,12 @@ flags.DEFINE_integer(
     "Steps dropped at the start of each session, at most --warmup_seconds "
     "long: past the ~90 steps TensorFlow's executor takes to learn which kernels are cheap enough "
     "to run inline, so that the timed steps are the steady state a training job runs in.",
+)
+flags.DEFINE_integer(
+    "first_traces",
+    4,
+    "Traced steps of each session from its fourth on, in the executor's first-steps order, for its "
+    "allocator's peak: a peak that depends on a race between workers lands on either mode.",
 )
 flags.DEFINE_integer(
     "steady_traces", 3, "Traced steps of each session in the steady state, for its allocator's peak."
@@ -426,16 +432,17 @@ def open_warm_sessions(stack, spec, batch: int, placed: dict, cluster, calibrati
     return sessions
 
 
-def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, Any]:
-    """Run ``--warmup_steps`` steps (at least 3, at most ``--warmup_seconds``), tracing the fourth
-    (:func:`traced_step`); the last step's seconds and that trace: the allocator as the executor
-    runs the first steps of a session, before it has learnt which kernels are cheap."""
+def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, list[Any]]:
+    """Run ``--warmup_steps`` steps (at least 3, at most ``--warmup_seconds``), tracing
+    ``--first_traces`` from the fourth on (:func:`traced_step`); the last step's seconds and those
+    traces: the allocator as the executor runs the first steps of a session, before it has learnt
+    which kernels are cheap."""
     deadline = time.monotonic() + FLAGS.warmup_seconds
     seconds = 0.0
     for _ in range(3):
         seconds = series.step(workers)[0]
-    first_steps = traced_step(series)
-    for _ in range(3, FLAGS.warmup_steps):
+    first_steps = [traced_step(series) for _ in range(FLAGS.first_traces)]
+    for _ in range(3 + FLAGS.first_traces, FLAGS.warmup_steps):
         if time.monotonic() > deadline:
             break
         seconds = series.step(workers)[0]
@@ -455,7 +462,7 @@ def interleaved_steps(
     and ``--timed_seconds`` of timed steps (at most ``--max_steps``); ``profile``, if given, takes
     ``--profile_steps`` traced steps spread evenly over the rounds, each after the profiler's
     untraced steps of its own (:meth:`SideBySideProfile.step`). Returns the timed steps of each session
-    and each session's trace of its first steps (:func:`warm_up`)."""
+    and each session's traces of its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
     longest = max(max(seconds for seconds, _ in warmed), 1e-6)
     timed = math.ceil(FLAGS.block_seconds / longest)
@@ -472,7 +479,7 @@ def interleaved_steps(
                 wall, cpu = series.step(workers)
                 series.wall.append(wall)
                 series.cpu.append(cpu)
-    return rounds * timed, [trace for _, trace in warmed]
+    return rounds * timed, [traces for _, traces in warmed]
 
 
 @dataclasses.dataclass
@@ -670,7 +677,9 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             row["recv_calls"] = recv_calls(steady_traces[-1])
             row["cpu_s"] = statistics.mean(seconds for series in pair for seconds in series.cpu)
             row["allocator_runs"] = [
-                allocator_peaks(spec, placement, trace) for trace in first_traces[2 * index : 2 * index + 2]
+                allocator_peaks(spec, placement, trace)
+                for traces in first_traces[2 * index : 2 * index + 2]
+                for trace in traces
             ]
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
     side_by_side, drift = with_compute_times(estimate.cost_graph, profile.compute_times())
