@@ -50,7 +50,8 @@ the step's kernels held at once by the allocation records of a ``FULL_TRACE`` st
 (their buffers, sized from the placed graph's variables), which the allocator holds from before the
 step, the most of either session's steps (since session 10; before, the median of the two).
 ``allocator_peak_mb`` is ``--first_traces`` steps of each session from its fourth on (each
-session's fourth alone until session 21), as the executor runs the first steps of a session (every kernel not declared inexpensive goes through the thread pool, the order
+session's fourth alone until session 21), as the executor runs the first steps of a session
+(every kernel not declared inexpensive goes through the thread pool, the order
 ``simulated_peak_mb`` follows: :data:`tfplace.core.device_model.INEXPENSIVE_KERNELS`);
 ``steady_peak_mb`` is ``--steady_traces`` steps of each after the timed ones, once the executor
 runs inline every kernel it has timed below 8,000 cycles, which reorders the step (the small NMT: 3.30 MB up to step 80, 4.87
