@@ -93,6 +93,7 @@ from typing import Any
 from absl import app, flags
 
 from tfplace.core.device_model import DEFAULT_CALIBRATION, stored_matmul_row_blocks
+from tfplace.estimator.scheduling_priority import PROFILING_NICENESS, may_raise_priority
 from tfplace.estimator.statistics import STATISTICS, RepeatPolicy
 
 FLAGS = flags.FLAGS
@@ -124,6 +125,11 @@ flags.DEFINE_float(
 flags.DEFINE_float("outlier_factor", 1.5, "Steps slower than this times the others' median are dropped.")
 flags.DEFINE_boolean(
     "preemption", True, "Take out op times a preemption inflated (RepeatPolicy.preemption; module docstring)."
+)
+flags.DEFINE_integer(
+    "niceness",
+    PROFILING_NICENESS,
+    "Nice value of the profiler's threads (RepeatPolicy.niceness); 0: the spinners' priority.",
 )
 flags.DEFINE_float(
     "regime_tolerance", 0.5, "OpCostRegression's regime tolerance (1: fit every profiled batch size)."
@@ -168,6 +174,7 @@ COLUMNS = (
     "ratio",
     "targets",
     "steps kept/taken (batch: kept/taken)",
+    "profiler nice",
     "seconds",
 )
 
@@ -224,6 +231,7 @@ def measure(name: str) -> Any:
             outlier_factor=FLAGS.outlier_factor,
             preemption=FLAGS.preemption,
             sessions=FLAGS.sessions,
+            niceness=FLAGS.niceness,
         ),
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
@@ -247,8 +255,16 @@ def row(name: str, machine: str, loads: tuple[float, float], report: Any, second
         f"{report.floor_ratio:.2f}",
         "met" if met else "NOT met",
         steps,
+        profiler_niceness(),
         f"{seconds:.0f}",
     )
+
+
+def profiler_niceness() -> str:
+    """The nice value the profiler's threads ran at: ``--niceness`` where this process may set it."""
+    if may_raise_priority(FLAGS.niceness):
+        return str(FLAGS.niceness)
+    return f"{os.getpriority(os.PRIO_PROCESS, 0)} ({FLAGS.niceness} not permitted)"
 
 
 def markdown(rows: Sequence[tuple[str, ...]]) -> str:

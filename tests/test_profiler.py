@@ -394,3 +394,22 @@ def test_a_perturbation_seed_that_is_not_an_integer_is_refused(monkeypatch):
     graph, train = dense_graph()
     with pytest.raises(ValueError, match="TFPLACE_PERTURB_PROFILES must be an integer seed, got 'yes'"):
         profile_graph(graph, train, dense_feeds, **FAST)
+
+
+def test_every_profiling_session_runs_at_the_policys_scheduling_priority(monkeypatch):
+    import contextlib
+
+    from tfplace.estimator.thread_accounting import OWN_TASKS
+
+    entered = []
+
+    @contextlib.contextmanager
+    def recording(tasks, niceness):
+        entered.append((tasks, niceness))
+        yield True
+
+    monkeypatch.setattr(profiler, "raised_priority", recording)
+    graph, train = dense_graph()
+    policy = RepeatPolicy(max_steps=2, sessions=2, niceness=-7)
+    profile_graph(graph, train, dense_feeds, **FAST, repeats=policy, process="this")
+    assert entered == [(OWN_TASKS, -7), (OWN_TASKS, -7)]

@@ -73,6 +73,7 @@ from tfplace.estimator.profiling_process import (
     profiling_process_for,
     profiling_session,
 )
+from tfplace.estimator.scheduling_priority import raised_priority
 from tfplace.estimator.shapes import (
     UNKNOWN_OP_TIME,
     estimate_op,
@@ -511,7 +512,8 @@ def _measure(
 ) -> dict[int, _BatchMeasurement]:
     """:attr:`RepeatPolicy.sessions` sessions one after another (in ``process``:
     :func:`~tfplace.estimator.profiling_process.profiling_session`), each initialized and warmed up at
-    every batch size; in each, rounds of traced steps, one step per unfinished batch size each
+    every batch size, its threads at :attr:`RepeatPolicy.niceness`
+    (:func:`~tfplace.estimator.scheduling_priority.raised_priority`); in each, rounds of traced steps, one step per unfinished batch size each
     (:func:`~tfplace.estimator.statistics.interleaved_rounds`), each after
     :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
     :meth:`RepeatPolicy.done` says every batch size has its share of the steps
@@ -534,7 +536,10 @@ def _measure(
     shares = policy.per_session(traced_steps)
     for index, (each, fewest) in enumerate(shares):
         label = "profiling traced steps" + (f", session {index + 1}/{len(shares)}" if len(shares) > 1 else "")
-        with profiling_session(graph, config, process) as (session, tasks):
+        with (
+            profiling_session(graph, config, process) as (session, tasks),
+            raised_priority(tasks, policy.niceness),
+        ):
             if initializer:
                 session.run(initializer)
             for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
@@ -621,7 +626,7 @@ def profile_graph(
         The most traced steps, the target relative error, the statistic, the outlier factor and
         the sessions (:class:`~tfplace.estimator.statistics.RepeatPolicy`; default
         ``RepeatPolicy()``: up to twice ``traced_steps``, a relative error of 1%, the steps' tenth
-        quantile, three sessions).
+        quantile, three sessions, the threads that run the steps at nice -15 where permitted).
         ``RepeatPolicy(max_steps=traced_steps)`` takes exactly ``traced_steps`` steps.
     process : {"worker", "this"}
         Where the sessions run (:mod:`tfplace.estimator.profiling_process`): ``"worker"`` (the
