@@ -65,6 +65,15 @@ With both cores spun beside other jobs (load 7-8), on the same steps: Inception 
 12.6% -> 10.9% (floor 8.2% -> 5.8%), the Transformer 10.5% -> 8.3% (floor 8.8% -> 10.9%: ops of
 4 ms preempted in nearly every run), the NMT unchanged (``results/README.md``, brief 17b).
 
+**Priority.** ``--niceness`` (the profiler's default, -15) is the nice value the profiler's
+threads run at (:attr:`~tfplace.estimator.statistics.RepeatPolicy.niceness`,
+:mod:`tfplace.estimator.scheduling_priority`), where this process may raise them (the
+``profiler nice`` column says what they ran at); ``--niceness=0`` profiles at the spinners'
+priority, as before session 22. With both cores spun (session 21 at nice 0 against session 22 at
+-15, the same VM, one run each; weighted by time [floor]): Inception V3 6.3% [3.4%] -> 2.1%
+[2.3%], the NMT 6.3% [4.1%] -> 7.2% [3.7%], the Transformer 20.1% [24.4%] -> 2.3% [2.1%],
+Tensor Holography 32.6% [22.8%] -> 3.4% [2.5%].
+
 ``--regime_tolerance`` is the regression's (:func:`~tfplace.estimator.regression.regime_starts`);
 ``--regime_tolerance=1`` fits every profiled batch size, the regression before the regime fit.
 ``--machine=busy`` runs the models while two processes spin (``while True: pass``), each pinned to

@@ -565,7 +565,8 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     ``--profile_steps`` traced steps, each initialized and warmed up as
     :func:`tfplace.api.estimate_costs` warms it up, where the profiler runs it: a worker process
     of its own under TensorFlow's BFC allocator for the CPU, started afresh, the previous
-    session's closed first (:func:`~tfplace.estimator.profiling_process.profiling_session`).
+    session's closed first (:func:`~tfplace.estimator.profiling_process.profiling_session`), its
+    threads at the profiler's priority (:attr:`~tfplace.estimator.statistics.RepeatPolicy.niceness`).
 
     In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
     the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
@@ -582,6 +583,7 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     from tfplace.api import estimate_costs
     from tfplace.estimator.profiler import profiling_config
     from tfplace.estimator.profiling_process import profiling_session
+    from tfplace.estimator.scheduling_priority import raised_priority
     from tfplace.estimator.statistics import RepeatPolicy
 
     feeds = spec.feed_fn(batch)
@@ -591,6 +593,7 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     def reopen() -> tuple[Any, Path]:
         running.close()
         session, tasks = running.enter_context(profiling_session(spec.graph, profiling_config(), "worker"))
+        running.enter_context(raised_priority(tasks, RepeatPolicy().niceness))
         session.run(spec.init_op)
         for _ in range(warmup_steps):
             session.run(spec.train_op, feeds)
