@@ -565,8 +565,11 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     ``--profile_steps`` traced steps, each initialized and warmed up as
     :func:`tfplace.api.estimate_costs` warms it up, where the profiler runs it: a worker process
     of its own under TensorFlow's BFC allocator for the CPU, started afresh, the previous
-    session's closed first (:func:`~tfplace.estimator.profiling_process.profiling_session`), its
-    threads at the profiler's priority (:attr:`~tfplace.estimator.statistics.RepeatPolicy.niceness`).
+    session's closed first (:func:`~tfplace.estimator.profiling_process.profiling_session`).
+    Its threads keep the priority of the steps it is compared with, not the profiler's raised one
+    (:attr:`~tfplace.estimator.statistics.RepeatPolicy.niceness`): at nice -15 beside steps at 0
+    the NMT's virtual one-device row came out -17.6% and -9.5%, at nice 0 -4.0% and -4.6%
+    (four runs in turn, session 22; the Transformer's -8.1% to -9.1% either way).
 
     In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
     the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
@@ -583,7 +586,6 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     from tfplace.api import estimate_costs
     from tfplace.estimator.profiler import profiling_config
     from tfplace.estimator.profiling_process import profiling_session
-    from tfplace.estimator.scheduling_priority import raised_priority
     from tfplace.estimator.statistics import RepeatPolicy
 
     feeds = spec.feed_fn(batch)
@@ -593,7 +595,6 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     def reopen() -> tuple[Any, Path]:
         running.close()
         session, tasks = running.enter_context(profiling_session(spec.graph, profiling_config(), "worker"))
-        running.enter_context(raised_priority(tasks, RepeatPolicy().niceness))
         session.run(spec.init_op)
         for _ in range(warmup_steps):
             session.run(spec.train_op, feeds)
