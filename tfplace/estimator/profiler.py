@@ -513,7 +513,8 @@ def _measure(
     """:attr:`RepeatPolicy.sessions` sessions one after another (in ``process``:
     :func:`~tfplace.estimator.profiling_process.profiling_session`), each initialized and warmed up at
     every batch size, its threads at :attr:`RepeatPolicy.niceness`
-    (:func:`~tfplace.estimator.scheduling_priority.raised_priority`); in each, rounds of traced steps, one step per unfinished batch size each
+    (:func:`~tfplace.estimator.scheduling_priority.raised_priority`); in each, rounds of traced
+    steps, one step per unfinished batch size each
     (:func:`~tfplace.estimator.statistics.interleaved_rounds`), each after
     :data:`UNTRACED_BEFORE_TRACE` untraced steps of its batch size, until
     :meth:`RepeatPolicy.done` says every batch size has its share of the steps

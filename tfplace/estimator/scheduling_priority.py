@@ -10,7 +10,8 @@ traced time is the op's own rather than a share of the load's. The statistics
 scheduler's slice is preempted in nearly every run, and two measurements of the same batch on a
 machine with both cores spun differed by 24% weighted by time on the Transformer and 23% on
 Tensor Holography (``benchmarks/estimation_accuracy.py --machine=busy``, session 21); with the
-profiler at nice -15 beside the same spinners, by 3.4% and 4.0% (session 22).
+profiler at nice -15 beside the same spinners, by 2.1% and 2.5% (session 22,
+``results/estimation_accuracy.md``).
 
 Raising a priority needs ``CAP_SYS_NICE`` or an ``RLIMIT_NICE`` that allows the value. Without
 either, :func:`raised_priority` leaves every thread as it was and warns (the documented
@@ -29,13 +30,19 @@ import warnings
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-__all__ = ["NICENESS_RANGE", "PROFILING_NICENESS", "may_raise_priority", "raised_priority"]
+__all__ = ["NICENESS_RANGE", "PROFILING_NICENESS", "check_niceness", "may_raise_priority", "raised_priority"]
 
 PROFILING_NICENESS = -15
 """The nice value the profiler's threads run at (:attr:`RepeatPolicy.niceness`'s default)."""
 
 NICENESS_RANGE = range(-20, 20)
 """Linux's nice values, from the highest priority to the lowest."""
+
+
+def check_niceness(niceness: int | None) -> None:
+    """Raise ``ValueError`` unless ``niceness`` is one of :data:`NICENESS_RANGE` or None."""
+    if niceness is not None and niceness not in NICENESS_RANGE:
+        raise ValueError(f"niceness must be in [-20, 19] or None, got {niceness}")
 
 
 def may_raise_priority(niceness: int) -> bool:
@@ -100,11 +107,10 @@ def raised_priority(tasks: Path, niceness: int | None) -> Iterator[bool]:
     ``None`` leaves the priorities alone (yields False). Where raising is not permitted, nothing
     changes, a warning says so, and the block runs (yields False).
     """
+    check_niceness(niceness)
     if niceness is None:
         yield False
         return
-    if niceness not in NICENESS_RANGE:
-        raise ValueError(f"niceness must be in [-20, 19] or None, got {niceness}")
     original: dict[int, int] = {}
     try:
         _raise_every_thread(tasks, niceness, original)

@@ -92,7 +92,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tfplace.estimator.scheduling_priority import NICENESS_RANGE, PROFILING_NICENESS
+from tfplace.estimator.scheduling_priority import PROFILING_NICENESS, check_niceness
 
 __all__ = [
     "HALF_DIFFERENCE_TO_ERROR",
@@ -187,8 +187,7 @@ class RepeatPolicy:
             raise ValueError(f"outlier_factor must be above 1, got {self.outlier_factor}")
         if self.sessions < 1:
             raise ValueError(f"sessions must be at least 1, got {self.sessions}")
-        if self.niceness is not None and self.niceness not in NICENESS_RANGE:
-            raise ValueError(f"niceness must be in [-20, 19] or None, got {self.niceness}")
+        check_niceness(self.niceness)
         if self.target_error < 0 or (self.max_steps is not None and self.max_steps < 1):
             raise ValueError(
                 f"need target_error >= 0 and max_steps >= 1, got {self.target_error}, {self.max_steps}"
