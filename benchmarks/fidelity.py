@@ -26,9 +26,14 @@ is
 - simulated (:func:`tfplace.simulator.simulate`) on the side-by-side profile through the
   machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
   ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
-  overhead of a real step, the per-step overhead, the inter-op threads of each process on the
+  overhead of a real step and its per-byte overhead for what the op allocates, the per-step overhead, the inter-op threads of each process on the
   machine's shared cores, and the calibrated link of the device kind. No factor is fitted to any
   model.
+
+``profile_traced_s`` is the side-by-side profile's op times summed, ``profile_untraced_s`` the
+profiler's statistic of the untraced steps its session runs before each traced one (the second of
+them, back to back with the first): the model's own untraced step on the profile's worker (a remote
+session, so the loopback step overhead and feeds included), beside what its traced kernels add up to.
 
 ``measured_s`` is the profiler's statistic of the steps of both sessions
 (:func:`tfplace.estimator.step_timing.step_statistic`, the tenth quantile): the simulated step
@@ -167,6 +172,8 @@ COLUMNS = (
     "median_s",
     "median_error",
     "profile_drift",
+    "profile_traced_s",
+    "profile_untraced_s",
     "error",
     "noise",
     "steps",
@@ -519,6 +526,7 @@ class SideBySideProfile:
     sessions: int = 1
     total_steps: int = 1
     steps: TracedSteps = dataclasses.field(default_factory=TracedSteps)
+    untraced: list[float] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
         """One traced step after ``untraced_before`` untraced ones (by default the profiler's
@@ -532,8 +540,11 @@ class SideBySideProfile:
         session = self.session_of(len(self.steps.wall))
         if self.steps.sessions and session != self.steps.sessions[-1]:
             self.session, self.tasks = self.reopen()  # type: ignore[misc]  # session_of checks it
-        for _ in range(self.untraced_before):
+        for index in range(self.untraced_before):
+            start = time.perf_counter()
             self.session.run(self.fetches, self.feeds)
+            if index:  # the first follows other sessions' steps; the others run back to back
+                self.untraced.append(time.perf_counter() - start)
         threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)
@@ -687,7 +698,12 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
                 for trace in traces
             ]
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
-    side_by_side, drift = with_compute_times(estimate.cost_graph, profile.compute_times())
+    compute_times = profile.compute_times()
+    side_by_side, drift = with_compute_times(estimate.cost_graph, compute_times)
+    profile_steps = {
+        "profile_traced_s": sum(compute_times.values()),
+        "profile_untraced_s": step_statistic(profile.untraced) if profile.untraced else math.nan,
+    }
     simulated_on = calibration.step_costs(side_by_side, kind)
     simulated_on.set_transfer_model(devices.typical_link)
     fed_for_free = fed_freely(calibration, kind).step_costs(side_by_side, kind)
@@ -705,6 +721,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             simulated_s=result.makespan,
             unfed_simulated_s=simulated(fed_for_free, assignment, devices).makespan,
             profile_drift=drift,
+            **profile_steps,
             simulated_peaks={d: int(result.peak_memory[devices.index(d)]) for d in used},
             simulated_steady_peaks={d: int(steady.peak_memory[devices.index(d)]) for d in used},
         )
@@ -768,6 +785,8 @@ DECIMALS = {
     "median_s": 6,
     "median_error": 6,
     "profile_drift": 6,
+    "profile_traced_s": 6,
+    "profile_untraced_s": 6,
     "measured_s": 6,
     "error": 6,
     "noise": 6,

@@ -127,7 +127,7 @@ def main(argv: Sequence[str]) -> None:
     del argv
     from models import build_model
     from tfplace.core.device_model import CpuCalibration
-    from tfplace.estimator.calibration import op_chains
+    from tfplace.estimator.calibration import ChainShape, op_chains
 
     virtual = CpuCalibration.load(FLAGS.calibration).process("virtual")
     rows: dict[str, dict[str, float]] = {}
@@ -136,7 +136,7 @@ def main(argv: Sequence[str]) -> None:
         spec = build_model(name, **knobs)
         rows[name] = measure(spec.graph, spec.train_op, spec.init_op, spec.feed_fn(batch))
     sizes = [int(ops) for ops in FLAGS.chains]
-    for ops, build in zip(sizes, op_chains(sizes)):
+    for ops, build in zip(sizes, op_chains([ChainShape(ops) for ops in sizes])):
         graph, fetch, initializer, feeds = build("/device:CPU:0")
         rows[f"chain {ops}"] = measure(graph, fetch, initializer, feeds)
     print(

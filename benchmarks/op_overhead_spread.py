@@ -141,9 +141,10 @@ def main(argv: Sequence[str]) -> None:
             step_overhead = 0.0
             this_round: dict[str, tuple[float, float]] = {}
             for kind in FLAGS.kinds:
-                op_overhead, step, fits = calibrate_op_overhead(
+                overhead, fits = calibrate_op_overhead(
                     **settings[kind], repeats=FLAGS.repeats, fits=FLAGS.fits
                 )
+                op_overhead, step = overhead.op_overhead, overhead.step_overhead
                 step_overhead = step if kind == "virtual" else step_overhead
                 single[kind] += fits
                 pooled[kind].append(op_overhead)
@@ -154,7 +155,7 @@ def main(argv: Sequence[str]) -> None:
                     "load": os.getloadavg()[0],
                 }), flush=True)  # fmt: skip
             for name in FLAGS.models:
-                [(records, traced, untraced)] = time_traced_and_untraced(
+                [(records, _, traced, untraced)] = time_traced_and_untraced(
                     [model_step(name)], config=settings["virtual"]["config"], repeats=FLAGS.repeats
                 )
                 own[name].append((untraced - traced - step_overhead) / records)

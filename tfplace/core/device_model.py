@@ -16,8 +16,9 @@ kernels. Where the target device was measured, :meth:`DeviceModel.calibrate` fit
 efficiencies to the measurements.
 
 :class:`CpuCalibration` is the other device model: not a roofline but the CPUs of the machine the
-profile was taken on, whose real (untraced) steps differ from the profile by a per-op and a
-per-step overhead, run several ops at once per process and pass tensors over calibrated links.
+profile was taken on, whose real (untraced) steps differ from the profile by a per-op, a
+per-allocated-byte and a per-step overhead, run several ops at once per process and pass tensors
+over calibrated links.
 
 Peak numbers are vendors' dense FP32 figures for the PCIe cards (TF32 tensor cores off, as
 TensorFlow 1.x ran); efficiencies default to what cuDNN convolutions and streaming kernels
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, atomic_write_text
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, allocated_output_bytes, atomic_write_text
 from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
@@ -56,6 +57,7 @@ __all__ = [
     "CpuProcessModel",
     "DeviceModel",
     "FeedCost",
+    "allocated_bytes",
     "convert_graph",
     "cpu_kind",
     "inline_ops",
@@ -217,6 +219,14 @@ def convert_graph(
     return converted
 
 
+def allocated_bytes(attrs: Mapping[str, Any]) -> int:
+    """Bytes an op (its cost graph attributes) allocates in a step: the outputs that are not an
+    input's buffer and its scratch memory."""
+    return allocated_output_bytes(attrs["output_sizes"], attrs.get("aliased_outputs", ())) + int(
+        attrs.get("temporary_bytes", 0)
+    )
+
+
 def _is_view(attrs: Mapping[str, Any]) -> bool:
     """Whether an op only re-describes its input's buffer (:data:`VIEW_OPS`, every output aliased)."""
     aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
@@ -226,8 +236,10 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 5
-"""Version of a stored :class:`CpuCalibration`. 5 (session 19): the per-op overhead is measured
+CALIBRATION_FORMAT = 6
+"""Version of a stored :class:`CpuCalibration`. 6 (session 23): the per-byte overhead of what an
+op allocates (:attr:`CpuProcessModel.byte_overhead`) is measured beside the per-op one, on chains
+of wide layers too (an older file has none). 5 (session 19): the per-op overhead is measured
 against chains traced as the profiler now traces, on a worker of its own under TensorFlow's BFC
 allocator for the CPU (``tfplace.estimator.profiling_process``). 4 (session 16): each kind's :class:`FeedCost` is
 measured (an older file feeds for free). 3 (session 12): the per-op overhead is measured
@@ -305,6 +317,15 @@ class CpuProcessModel:
         show how far it can be trusted; empty in files written before they were pooled.
     feed : FeedCost
         What the step's fed tensors cost (none in files calibrated before it was measured).
+    byte_overhead : float
+        Seconds a real step spends per byte an op allocates (:func:`allocated_bytes`) beyond the
+        op's traced kernel time. The profile traces on a worker under TensorFlow's BFC allocator
+        (:mod:`tfplace.estimator.profiling_process`), a real step runs under its own process's
+        allocator, and chains of wide layers ran their gradients slower untraced than their traced
+        kernels said, by half as much with BFC on both sides. Fits on chains gave 18.7-38 us per
+        allocated MB on virtual CPUs and 50-87 on loopback workers (session 23), the range of what
+        the Transformer's and Inception V3's real steps needed beyond their profiles; 0 in files
+        calibrated before it was measured.
     """
 
     op_overhead: float
@@ -313,6 +334,7 @@ class CpuProcessModel:
     link: TransferModel
     op_overhead_fits: tuple[float, ...] = ()
     feed: FeedCost = FeedCost()
+    byte_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -328,6 +350,7 @@ class CpuProcessModel:
             "link": self.link.to_dict(),
             "op_overhead_fits": list(self.op_overhead_fits),
             "feed": self.feed.to_dict(),
+            "byte_overhead": self.byte_overhead,
         }
 
     @classmethod
@@ -339,6 +362,7 @@ class CpuProcessModel:
             link=TransferModel.from_dict(spec["link"]),
             op_overhead_fits=tuple(float(fit) for fit in spec.get("op_overhead_fits", ())),
             feed=FeedCost.from_dict(spec["feed"]) if "feed" in spec else FeedCost(),
+            byte_overhead=float(spec.get("byte_overhead", 0.0)),
         )
 
 
@@ -395,15 +419,16 @@ class CpuCalibration:
 
     def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:
         """A copy of ``graph`` (CPU costs profiled on this machine) with every op's time as in a
-        real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`,
-        at least 0, and each ``Placeholder`` (a fed tensor: a step cannot run without its feed)
+        real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`
+        and :attr:`CpuProcessModel.byte_overhead` for each byte it allocates, at least 0, and each ``Placeholder`` (a fed tensor: a step cannot run without its feed)
         also its share of :attr:`CpuProcessModel.feed`, its tensor's and bytes' cost and an equal
         part of the per-step cost. Memory is unchanged."""
         model = self.process(kind)
         converted = graph.copy()
         fed = [attrs for _, attrs in converted.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         for _, attrs in converted.nodes(data=True):
-            attrs["compute_time"] = max(attrs["compute_time"] + model.op_overhead, 0.0)
+            overhead = model.op_overhead + model.byte_overhead * allocated_bytes(attrs)
+            attrs["compute_time"] = max(attrs["compute_time"] + overhead, 0.0)
         feed = model.feed
         for attrs in fed:
             attrs["compute_time"] += (

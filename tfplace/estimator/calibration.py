@@ -30,23 +30,26 @@ import functools
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from tfplace.core.device_model import CpuCalibration, CpuProcessModel
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel, allocated_bytes
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 
 __all__ = [
-    "DEFAULT_CHAIN_OPS",
+    "DEFAULT_CHAINS",
     "DEFAULT_COUNTS",
     "DEFAULT_FITS",
     "DEFAULT_LINK_FITS",
     "DEFAULT_SIZES",
     "STEADY_STATE_STEPS",
+    "ChainShape",
+    "OverheadFit",
+    "StepTiming",
     "calibrate_copy_cpu",
     "calibrate_cpu",
     "calibrate_local_cluster",
@@ -84,13 +87,37 @@ HANDOFF_COUNTS: tuple[int, ...] = (16, 64, 128)
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
 
-DEFAULT_CHAIN_OPS: tuple[int, ...] = (150, 600, 1200)
-"""Sizes of the small training steps :func:`calibrate_op_overhead` times."""
+
+class ChainShape(NamedTuple):
+    """A small training step :func:`calibrate_op_overhead` times: about ``ops`` ops of dense layers
+    of ``width`` units on ``rows`` rows (:func:`_op_chain`)."""
+
+    ops: int
+    width: int = 16
+    rows: int = 4
+
+
+DEFAULT_CHAINS: tuple[ChainShape, ...] = (
+    ChainShape(150),
+    ChainShape(600),
+    ChainShape(1200),
+    ChainShape(600, 128, 64),
+    ChainShape(600, 128, 128),
+    ChainShape(1200, 128, 64),
+    ChainShape(600, 256, 32),
+)
+"""The steps :func:`calibrate_op_overhead` times: narrow chains of three lengths (a few KB
+allocated per step) for the per-op overhead, and wide ones (2.7 to 6.7 MB allocated per step,
+tensors of 32 to 256 KB) for the per-byte one. On the session-23 VM, where the narrow chains'
+untraced steps exceeded their traced kernels by 67-77 us on virtual CPUs and 497-512 us on a
+loopback worker, the wide ones did by 94-253 and 494-952 us; what an allocated byte costs varies
+with the size of the buffers (the 256-wide chain cost most per byte on both kinds), so the chains
+span the sizes of a model's tensors and the fit takes their average."""
 
 DEFAULT_FITS = 5
 """Independent per-op overhead fits :func:`calibrate_op_overhead` pools (their median).
 
-One fit of :data:`DEFAULT_CHAIN_OPS` (20 repeats) scattered by 0.2-0.3 us per op on virtual CPUs
+One fit of the narrow chains (20 repeats) scattered by 0.2-0.3 us per op on virtual CPUs
 and 0.65 us on loopback between five calibrations in one run at load 3-6, and by 0.2 / 0.56 us
 between two on the quiet machine; the NMT's 3,870 ops of 1-2 us miss by that much."""
 
@@ -99,6 +126,24 @@ DEFAULT_LINK_FITS = 3
 
 _OPS_PER_LAYER = 30
 """About the ops of one layer of :func:`_op_chain`'s training step (forward, gradient, update)."""
+
+
+class StepTiming(NamedTuple):
+    """One calibration step measured traced and untraced (:func:`time_traced_and_untraced`)."""
+
+    records: int
+    allocated_bytes: int
+    traced: float
+    untraced: float
+
+
+class OverheadFit(NamedTuple):
+    """What an untraced step takes beyond its ops' traced times (:func:`fit_op_overhead`)."""
+
+    op_overhead: float
+    byte_overhead: float
+    step_overhead: float
+
 
 STEADY_STATE_STEPS = 100
 """Steps a session runs before its timing counts: TensorFlow's executor estimates each kernel's
@@ -565,18 +610,20 @@ StepBuilder = Callable[[str], tuple[Any, Any, Any, Mapping[str, Any]]]
 and the feeds a step takes (:func:`time_traced_and_untraced`)."""
 
 
-def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
-    """A small training step of about ``ops`` ops on ``device``: a chain of narrow dense layers
-    (4 x 16 activations) with their gradients and plain gradient descent, the mix of small
-    kernels, allocations and tensors of a training graph. A :data:`StepBuilder` (no feeds)."""
+def _op_chain(shape: ChainShape, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
+    """A small training step of about ``shape.ops`` ops on ``device``: a chain of dense layers
+    (``rows`` x ``width`` activations) with their gradients and plain gradient descent, the mix of
+    kernels, allocations and tensors of a training graph. A :data:`StepBuilder` (no feeds). Its
+    variables are named after the shape: sessions on one worker share variables by name."""
     import tensorflow as tf
 
     graph = tf.Graph()
-    with graph.as_default(), tf.device(device):
-        h = tf.compat.v1.Variable(tf.ones([4, 16]), name="chain_input").read_value()
-        for layer in range(max(ops // _OPS_PER_LAYER, 1)):
-            weight = tf.compat.v1.Variable(tf.eye(16) * 0.5, name=f"w{layer}")
-            bias = tf.compat.v1.Variable(tf.zeros([16]), name=f"b{layer}")
+    scope = f"chain_{shape.ops}x{shape.width}x{shape.rows}"
+    with graph.as_default(), tf.device(device), tf.name_scope(scope):
+        h = tf.compat.v1.Variable(tf.ones([shape.rows, shape.width]), name="chain_input").read_value()
+        for layer in range(max(shape.ops // _OPS_PER_LAYER, 1)):
+            weight = tf.compat.v1.Variable(tf.eye(shape.width) * 0.5, name=f"w{layer}")
+            bias = tf.compat.v1.Variable(tf.zeros([shape.width]), name=f"b{layer}")
             h = tf.nn.relu(tf.matmul(h, weight) + bias)
         loss = tf.reduce_sum(h * h)
         train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
@@ -584,10 +631,29 @@ def _op_chain(ops: int, device: str) -> tuple[Any, Any, Any, Mapping[str, Any]]:
     return graph, train, initializer, {}
 
 
-def op_chains(ops: Sequence[int]) -> list[StepBuilder]:
-    """Builders of chains of narrow dense layers (:func:`_op_chain`) of about each of ``ops`` ops,
-    the steps :func:`calibrate_op_overhead` times (:func:`time_traced_and_untraced`)."""
-    return [functools.partial(_op_chain, count) for count in ops]
+def op_chains(shapes: Sequence[ChainShape]) -> list[StepBuilder]:
+    """Builders of chains of dense layers (:func:`_op_chain`) of each of ``shapes``, the steps
+    :func:`calibrate_op_overhead` times (:func:`time_traced_and_untraced`)."""
+    return [functools.partial(_op_chain, shape) for shape in shapes]
+
+
+def allocated_step_bytes(run_metadata: Any, graph: Any) -> int:
+    """Bytes the ops of ``graph`` allocated in one traced step, as a profile counts them
+    (:func:`~tfplace.core.device_model.allocated_bytes` of each op's trace)."""
+    from tfplace.tf_graph.split_attrs import op_inputs
+    from tfplace.tf_graph.step_stats import collect_op_traces
+
+    inputs = {op.name: op_inputs(op) for op in graph.get_operations()}
+    return sum(
+        allocated_bytes(
+            {
+                "output_sizes": trace.output_sizes,
+                "aliased_outputs": trace.aliased_outputs,
+                "temporary_bytes": trace.temporary_bytes,
+            }
+        )
+        for trace in collect_op_traces(run_metadata, inputs, inputs).values()
+    )
 
 
 def time_traced_and_untraced(
@@ -598,10 +664,11 @@ def time_traced_and_untraced(
     device: str = "/device:CPU:0",
     repeats: int = 20,
     warmup_steps: int = STEADY_STATE_STEPS,
-) -> list[tuple[int, float, float]]:
-    """Per training step ``steps`` build, ``(records, traced, untraced)``: the ops a ``FULL_TRACE``
-    step records and their times summed, as the profiler measures them (on a worker of its own
-    under the BFC allocator, :mod:`tfplace.estimator.profiling_process`), and the
+) -> list[StepTiming]:
+    """Per training step ``steps`` build, the ops a ``FULL_TRACE`` step records, the bytes they
+    allocate (:func:`allocated_step_bytes`) and their times summed, as the profiler measures them
+    (on a worker of its own under the BFC allocator, :mod:`tfplace.estimator.profiling_process`),
+    and the
     seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
     The steps and the two kinds of run are timed in turns, ``repeats`` times; each turn first runs
@@ -627,8 +694,10 @@ def time_traced_and_untraced(
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with contextlib.ExitStack() as stack:
         runs = []
+        graphs = []
         for build in steps:
             graph, fetch, initializer, feeds = build("/device:CPU:0")
+            graphs.append(graph)
             session, _ = stack.enter_context(profiling_session(graph, profiling_config(), "worker"))
             session.run(initializer)
             graph, remote_fetch, initializer, _ = build(device)
@@ -638,6 +707,7 @@ def time_traced_and_untraced(
                 remote.run(remote_fetch, feeds)
             runs.append((session, fetch, remote, remote_fetch, feeds))
         records = [0] * len(steps)
+        allocated = [0] * len(steps)
         traced: list[dict[str, list[float]]] = [{} for _ in steps]
         untraced: list[list[float]] = [[] for _ in steps]
         for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
@@ -656,10 +726,14 @@ def time_traced_and_untraced(
                     if not node.node_name.startswith("_SOURCE")
                 ]
                 records[i] = len(nodes)
+                allocated[i] = allocated_step_bytes(metadata, graphs[i])
                 for node in nodes:
                     traced[i].setdefault(node.node_name, []).append(node_kernel_time(node))
                 untraced[i].extend(seconds)
-    return [(count, profiled_sum(t), step_statistic(u)) for count, t, u in zip(records, traced, untraced)]
+    return [
+        StepTiming(count, nbytes, profiled_sum(t), step_statistic(u))
+        for count, nbytes, t, u in zip(records, allocated, traced, untraced)
+    ]
 
 
 def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
@@ -679,30 +753,38 @@ def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
     )
 
 
-def fit_op_overhead(
-    ops: Sequence[int], traced: Sequence[float], untraced: Sequence[float]
-) -> tuple[float, float]:
-    """``(op_overhead, step_overhead)``: the least-squares line of what an untraced step takes
-    beyond its ops' traced times, ``untraced - traced = step_overhead + op_overhead * ops``; the
-    step overhead is at least 0."""
-    if len(set(ops)) < 2:
-        raise ValueError(f"the per-op overhead needs chains of at least two lengths, got {list(ops)}")
-    x = np.asarray(ops, dtype=float)
-    extra = np.asarray(untraced, dtype=float) - np.asarray(traced, dtype=float)
-    slope, intercept = np.polyfit(x, extra, 1)
-    if intercept < 0:  # no step costs less than its ops: through the origin
-        return float(np.dot(x, extra) / np.dot(x, x)), 0.0
-    return float(slope), float(intercept)
+def fit_op_overhead(timings: Sequence[StepTiming]) -> OverheadFit:
+    """The least-squares plane of what an untraced step takes beyond its ops' traced times,
+    ``untraced - traced = step_overhead + op_overhead * records + byte_overhead * allocated_bytes``
+    (:class:`~tfplace.core.device_model.CpuProcessModel`). The step overhead is at least 0: a
+    negative intercept refits through the origin. The two slopes are told apart only by steps
+    allocating at least twice as many bytes per op as others (:data:`DEFAULT_CHAINS`); without
+    such steps the byte overhead is 0 and the per-op line takes it all."""
+    ops = np.array([t.records for t in timings], dtype=float)
+    nbytes = np.array([t.allocated_bytes for t in timings], dtype=float)
+    extra = np.array([t.untraced - t.traced for t in timings], dtype=float)
+    if len(set(ops.tolist())) < 2:
+        raise ValueError(
+            f"the per-op overhead needs chains of at least two lengths, got {ops.astype(int).tolist()}"
+        )
+    per_op = nbytes / ops
+    separable = len(timings) >= 3 and per_op.max() > 2 * per_op.min()
+    slopes = np.column_stack([ops, nbytes] if separable else [ops])
+    coefficients = np.linalg.lstsq(np.column_stack([slopes, np.ones_like(ops)]), extra, rcond=None)[0]
+    if coefficients[-1] < 0:  # no step costs less than its ops
+        coefficients = np.append(np.linalg.lstsq(slopes, extra, rcond=None)[0], 0.0)
+    if not separable:
+        coefficients = np.insert(coefficients, 1, 0.0)
+    return OverheadFit(*(float(c) for c in coefficients))
 
 
-def pooled_fits(fits: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """``(op_overhead, step_overhead)`` of several independent :func:`fit_op_overhead` results:
-    the median of each. One fit in a busy time window moves the median by at most one rank,
-    where it would move a mean (or a single fit) by all its error."""
+def pooled_fits(fits: Sequence[OverheadFit]) -> OverheadFit:
+    """Several independent :func:`fit_op_overhead` results pooled: the median of each
+    coefficient. One fit in a busy time window moves the median by at most one rank, where it
+    would move a mean (or a single fit) by all its error."""
     if not fits:
         raise ValueError("pooling per-op overhead fits needs at least one fit")
-    op_overheads, step_overheads = zip(*fits)
-    return float(np.median(op_overheads)), float(np.median(step_overheads))
+    return OverheadFit(*(float(np.median(values)) for values in zip(*fits)))
 
 
 def calibrate_op_overhead(
@@ -710,30 +792,28 @@ def calibrate_op_overhead(
     target: str = "",
     config: Any = None,
     device: str = "/device:CPU:0",
-    ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+    chains: Sequence[ChainShape] = DEFAULT_CHAINS,
     repeats: int = 20,
     fits: int = DEFAULT_FITS,
-) -> tuple[float, float, tuple[float, ...]]:
-    """``(op_overhead, step_overhead, op_overhead_fits)`` of real steps on ``device``
-    (:class:`CpuProcessModel`): ``fits`` times, in fresh sessions one after the other, small
-    training steps of about ``ops`` ops timed traced and untraced (:func:`op_chains`, :func:`time_traced_and_untraced`) and
-    fitted by :func:`fit_op_overhead`; the fits pooled by :func:`pooled_fits`, and each fit's
-    per-op overhead, whose spread says how far the pooled value can be trusted. Time them with one
-    inter-op thread: the ops then run one at a time, as they were traced."""
+) -> tuple[OverheadFit, tuple[float, ...]]:
+    """The per-op, per-byte and per-step overhead of real steps on ``device``
+    (:class:`CpuProcessModel`), and each fit's per-op overhead, whose spread says how far the
+    pooled value can be trusted: ``fits`` times, in fresh sessions one after the other, the small
+    training steps of ``chains`` timed traced and untraced (:func:`op_chains`,
+    :func:`time_traced_and_untraced`) and fitted by :func:`fit_op_overhead`; the fits pooled by
+    :func:`pooled_fits`. Time them with one inter-op thread: the ops then run one at a time, as
+    they were traced."""
     if fits < 1:
         raise ValueError(f"fits must be at least 1, got {fits}")
     each = [
         fit_op_overhead(
-            *zip(
-                *time_traced_and_untraced(
-                    op_chains(ops), target=target, config=config, device=device, repeats=repeats
-                )
+            time_traced_and_untraced(
+                op_chains(chains), target=target, config=config, device=device, repeats=repeats
             )
         )
         for _ in range(fits)
     ]
-    op_overhead, step_overhead = pooled_fits(each)
-    return op_overhead, step_overhead, tuple(fit[0] for fit in each)
+    return pooled_fits(each), tuple(fit.op_overhead for fit in each)
 
 
 def calibrate_cpu(
@@ -741,14 +821,14 @@ def calibrate_cpu(
     workers: int = 2,
     virtual_threads: int = 1,
     repeats: int = 20,
-    chain_ops: Sequence[int] = DEFAULT_CHAIN_OPS,
+    chains: Sequence[ChainShape] = DEFAULT_CHAINS,
     fits: int = DEFAULT_FITS,
 ) -> CpuCalibration:
     """Calibrate this machine's CPU device model (:class:`~tfplace.core.device_model.CpuCalibration`).
 
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
-    ``virtual_threads`` inter-op threads, their per-op and per-step
-    overhead (:func:`calibrate_op_overhead`, the median of ``fits`` fits) and the hand-off between them
+    ``virtual_threads`` inter-op threads, their per-op, per-byte and per-step
+    overhead (:func:`calibrate_op_overhead` on ``chains``, the median of ``fits`` fits) and the hand-off between them
     (:func:`calibrate_transfer` for the bytes, :func:`handoff_per_tensor` for each tensor, work of
     the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
@@ -771,9 +851,7 @@ def calibrate_cpu(
     cores = os.cpu_count() or 1
     threads = virtual_threads
     sequential = profiled_run_config(2, 1)
-    op_overhead, step_overhead, spread = calibrate_op_overhead(
-        config=sequential, ops=chain_ops, repeats=repeats, fits=fits
-    )
+    overhead, spread = calibrate_op_overhead(config=sequential, chains=chains, repeats=repeats, fits=fits)
     handoff = profiled_run_config(2, threads)
     link = calibrate_transfer("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats, counts=None)
     per_tensor = handoff_per_tensor("/device:CPU:0", "/device:CPU:1", config=handoff, repeats=repeats)
@@ -781,18 +859,24 @@ def calibrate_cpu(
     feed = calibrate_feed_cost("/device:CPU:0", config=sequential, repeats=repeats)
     processes = {
         "virtual": CpuProcessModel(
-            op_overhead, step_overhead, threads, handoff_on_threads(link), spread, feed
+            overhead.op_overhead,
+            overhead.step_overhead,
+            threads,
+            handoff_on_threads(link),
+            spread,
+            feed,
+            overhead.byte_overhead,
         )
     }
     if workers >= 1:
         remote = profiled_run_config()
         remote.ClearField("device_count")
         with LocalCluster(workers) as cluster:
-            op_overhead, _, spread = calibrate_op_overhead(
+            overhead, spread = calibrate_op_overhead(
                 target=cluster.target,
                 config=remote,
                 device=cluster.device(0),
-                ops=chain_ops,
+                chains=chains,
                 repeats=repeats,
                 fits=fits,
             )
@@ -801,6 +885,12 @@ def calibrate_cpu(
                 cluster.device(0), target=cluster.target, config=remote, repeats=repeats
             )
             processes["loopback"] = CpuProcessModel(
-                op_overhead, devices.step_overhead, cluster.inter_op_threads, devices.inter_host, spread, feed
+                overhead.op_overhead,
+                devices.step_overhead,
+                cluster.inter_op_threads,
+                devices.inter_host,
+                spread,
+                feed,
+                overhead.byte_overhead,
             )
     return CpuCalibration(socket.gethostname(), cores, processes, measure_matmul_row_blocks())
