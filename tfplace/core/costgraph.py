@@ -109,6 +109,7 @@ __all__ = [
     "AliasedOutput",
     "CostGraph",
     "CostGraphError",
+    "allocated_bytes",
     "allocated_output_bytes",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -528,6 +529,14 @@ def allocated_output_bytes(output_sizes: Sequence[int], aliased_outputs: Iterabl
     """Bytes of the outputs an op allocates: every output slot but its ``aliased_outputs``."""
     aliased = {slot for slot, _, _ in aliased_outputs}
     return sum(size for slot, size in enumerate(output_sizes) if slot not in aliased)
+
+
+def allocated_bytes(
+    output_sizes: Sequence[int], aliased_outputs: Iterable[AliasedOutput] = (), temporary_bytes: int = 0
+) -> int:
+    """Bytes an op allocates in a step: the outputs that are not an input's buffer
+    (:func:`allocated_output_bytes`) and its scratch memory."""
+    return allocated_output_bytes(output_sizes, aliased_outputs) + int(temporary_bytes)
 
 
 def resident_memory(attrs: Mapping[str, Any]) -> int:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, allocated_output_bytes, atomic_write_text
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, allocated_bytes, atomic_write_text
 from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
@@ -57,7 +57,6 @@ __all__ = [
     "CpuProcessModel",
     "DeviceModel",
     "FeedCost",
-    "allocated_bytes",
     "convert_graph",
     "cpu_kind",
     "inline_ops",
@@ -219,14 +218,6 @@ def convert_graph(
     return converted
 
 
-def allocated_bytes(attrs: Mapping[str, Any]) -> int:
-    """Bytes an op (its cost graph attributes) allocates in a step: the outputs that are not an
-    input's buffer and its scratch memory."""
-    return allocated_output_bytes(attrs["output_sizes"], attrs.get("aliased_outputs", ())) + int(
-        attrs.get("temporary_bytes", 0)
-    )
-
-
 def _is_view(attrs: Mapping[str, Any]) -> bool:
     """Whether an op only re-describes its input's buffer (:data:`VIEW_OPS`, every output aliased)."""
     aliased = {slot for slot, _, _ in attrs.get("aliased_outputs", ())}
@@ -318,7 +309,8 @@ class CpuProcessModel:
     feed : FeedCost
         What the step's fed tensors cost (none in files calibrated before it was measured).
     byte_overhead : float
-        Seconds a real step spends per byte an op allocates (:func:`allocated_bytes`) beyond the
+        Seconds a real step spends per byte an op allocates
+        (:func:`~tfplace.core.costgraph.allocated_bytes`) beyond the
         op's traced kernel time. The profile traces on a worker under TensorFlow's BFC allocator
         (:mod:`tfplace.estimator.profiling_process`), a real step runs under its own process's
         allocator, and chains of wide layers ran their gradients slower untraced than their traced
@@ -427,7 +419,10 @@ class CpuCalibration:
         converted = graph.copy()
         fed = [attrs for _, attrs in converted.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         for _, attrs in converted.nodes(data=True):
-            overhead = model.op_overhead + model.byte_overhead * allocated_bytes(attrs)
+            nbytes = allocated_bytes(
+                attrs["output_sizes"], attrs.get("aliased_outputs", ()), attrs.get("temporary_bytes", 0)
+            )
+            overhead = model.op_overhead + model.byte_overhead * nbytes
             attrs["compute_time"] = max(attrs["compute_time"] + overhead, 0.0)
         feed = model.feed
         for attrs in fed:

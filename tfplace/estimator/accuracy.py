@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import allocated_output_bytes
+from tfplace.core.costgraph import allocated_bytes
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, RepeatPolicy, profile_graph
 from tfplace.estimator.regression import OpCostRegression
 from tfplace.estimator.row_blocks import RowBlocking, step_row_blockings
@@ -158,7 +158,7 @@ class AccuracyReport:
 def memory_of(cost: OpCost) -> int:
     """The memory the deviation is taken on: bytes of the outputs the op allocates (every slot but
     its aliased ones) plus temporary bytes."""
-    return allocated_output_bytes(cost.output_sizes, cost.aliased_outputs) + cost.temporary_bytes
+    return allocated_bytes(cost.output_sizes, cost.aliased_outputs, cost.temporary_bytes)
 
 
 def relative_deviations(

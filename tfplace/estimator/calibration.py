@@ -34,7 +34,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tfplace.core.device_model import CpuCalibration, CpuProcessModel, allocated_bytes
+from tfplace.core.costgraph import allocated_bytes
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
 from tfplace.core.transfer import TransferModel
@@ -639,19 +640,13 @@ def op_chains(shapes: Sequence[ChainShape]) -> list[StepBuilder]:
 
 def allocated_step_bytes(run_metadata: Any, graph: Any) -> int:
     """Bytes the ops of ``graph`` allocated in one traced step, as a profile counts them
-    (:func:`~tfplace.core.device_model.allocated_bytes` of each op's trace)."""
+    (:func:`~tfplace.core.costgraph.allocated_bytes` of each op's trace)."""
     from tfplace.tf_graph.split_attrs import op_inputs
     from tfplace.tf_graph.step_stats import collect_op_traces
 
     inputs = {op.name: op_inputs(op) for op in graph.get_operations()}
     return sum(
-        allocated_bytes(
-            {
-                "output_sizes": trace.output_sizes,
-                "aliased_outputs": trace.aliased_outputs,
-                "temporary_bytes": trace.temporary_bytes,
-            }
-        )
+        allocated_bytes(trace.output_sizes, trace.aliased_outputs, trace.temporary_bytes)
         for trace in collect_op_traces(run_metadata, inputs, inputs).values()
     )
 
