@@ -135,7 +135,7 @@ def main(argv: Sequence[str]) -> None:
         devices = calibrate_local_cluster(cluster, 1 << 40, repeats=FLAGS.calibration_repeats)
         for name in FLAGS.models:
             rows += measure_model(name, cluster, devices)
-    output = write_rows(rows, COLUMNS)
+    output = write_rows(FLAGS.output, rows, COLUMNS)
     print(f"calibrated at load {calibration_load}")
     print(output.read_text(), end="")
     print(
