@@ -209,7 +209,6 @@ COLUMNS = (*PASS_COLUMNS[:3], "runs", "error_min", "error_max", "worst_memory_er
 """The columns of ``--output``: the median pass's row (:func:`median_runs`), after the passes'
 count, their least and largest time error and their memory error farthest from 0."""
 
-STATISTICS = {"min": min, "median": statistics.median}
 MB = 1e6
 
 
