@@ -71,7 +71,10 @@ of :mod:`tfplace.simulator.engine`; Inception V3's split held 236.78 MB in most 
 All of this is one *pass*; ``--runs`` passes run one after the other, each over every kind and model,
 so that a model's passes lie minutes apart. ``--output`` has each row's pass of median error
 (:func:`median_runs`) with the passes' least and largest error (``error_min``, ``error_max``) and
-their memory error farthest from 0 (``worst_memory_error``); ``--runs_output`` every pass's rows.
+their memory error farthest from 0 (``worst_memory_error``); ``--runs_output`` every pass's rows;
+``--inputs_output`` what each pass simulated its rows from (the side-by-side profile, the devices,
+each placement's device per op, and the device model: :func:`save_inputs`), which
+``benchmarks/resimulate_fidelity.py`` simulates again under another device model.
 This machine's speed drifts between passes more than within one: the small NMT's real step moved
 from 3.33 to 4.72 ms between two passes of the same code (session 23), and by up to half within a
 minute of one session (session 24), where its two sessions of one pass, interleaved, agree within 2%.
@@ -87,6 +90,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
+import json
 import math
 import os
 import re
@@ -163,6 +168,13 @@ flags.DEFINE_integer(
 flags.DEFINE_string("output", "results/fidelity.csv", "CSV file written: each row's median pass.")
 flags.DEFINE_string(
     "runs_output", "results/fidelity_runs.csv", "CSV file written: every pass's rows ('' writes none)."
+)
+flags.DEFINE_string(
+    "inputs_output",
+    "results/fidelity_inputs",
+    "Directory written: per pass, model and kind, the side-by-side profile its rows were simulated on "
+    "and each placement's device per op (save_inputs), which benchmarks/resimulate_fidelity.py "
+    "simulates again under another CPU device model ('' writes none).",
 )
 flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory ('' always profiles).")
 
@@ -428,6 +440,15 @@ def open_series(stack, spec, batch: int, placement, kind: str, cluster, calibrat
     return Series(session, fetches, feeds)
 
 
+def calibrated_costs(calibration, kind: str, cost_graph, devices):
+    """``cost_graph`` (a profile) as a real step on ``kind`` devices costs it
+    (:meth:`~tfplace.core.device_model.CpuCalibration.step_costs`), its transfers on ``devices``'
+    typical link: what every row is placed and simulated on."""
+    costs = calibration.step_costs(cost_graph, kind)
+    costs.set_transfer_model(devices.typical_link)
+    return costs
+
+
 def loopback_placements(
     name: str, calibration, placers: Sequence[str]
 ) -> tuple[Any, int, Any, Any, Any, dict]:
@@ -436,8 +457,7 @@ def loopback_placements(
     devices, the step's costs on them and the placements."""
     spec, batch, estimate = profiled_model(name)
     devices = calibration.device_set(device_names("loopback", 2), 1 << 40)
-    costs = calibration.step_costs(estimate.cost_graph, "loopback")
-    costs.set_transfer_model(devices.typical_link)
+    costs = calibrated_costs(calibration, "loopback", estimate.cost_graph, devices)
     return (
         spec,
         batch,
@@ -687,8 +707,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
     spec, batch, estimate = profiled_model(name)
     names = device_names(kind, FLAGS.devices)
     devices = calibration.device_set(names, 1 << 40)
-    cost_graph = calibration.step_costs(estimate.cost_graph, kind)
-    cost_graph.set_transfer_model(devices.typical_link)
+    cost_graph = calibrated_costs(calibration, kind, estimate.cost_graph, devices)
     placed = placements(cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements)
     rows = {placer: {"model": name, "placement": placer, "kind": kind} for placer in placed}
     workers = cluster.pids if kind == "loopback" else []
@@ -725,10 +744,8 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
         "profile_traced_s": sum(compute_times.values()),
         "profile_untraced_s": step_statistic(profile.untraced) if profile.untraced else math.nan,
     }
-    simulated_on = calibration.step_costs(side_by_side, kind)
-    simulated_on.set_transfer_model(devices.typical_link)
-    fed_for_free = fed_freely(calibration, kind).step_costs(side_by_side, kind)
-    fed_for_free.set_transfer_model(devices.typical_link)
+    simulated_on = calibrated_costs(calibration, kind, side_by_side, devices)
+    fed_for_free = calibrated_costs(fed_freely(calibration, kind), kind, side_by_side, devices)
     cycles_per_second = cycle_counter_hz()
     for placer, placement in placed.items():
         assignment = {op: placement.assignment[op] for op in simulated_on}
@@ -736,6 +753,8 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
         steady = simulated(simulated_on, assignment, devices, cycles_per_second)
         used = sorted(set(assignment.values()))
         rows[placer].update(
+            profile=side_by_side,
+            assignment=assignment,
             devices_used=len(used),
             simulated_transfers=result.transfers,
             used=used,
@@ -863,6 +882,51 @@ def write_rows(path: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]
     return output
 
 
+INPUTS_CALIBRATION = "calibration.json"
+"""The file of ``--inputs_output`` that holds the CPU device model its passes were simulated under."""
+
+
+def inputs_paths(directory: str | os.PathLike[str], model: str, kind: str, run: int) -> tuple[Path, Path]:
+    """The files :func:`save_inputs` writes for one pass of ``model`` on ``kind`` devices: the
+    side-by-side profile (a cost graph) and the placements' assignments."""
+    stem = f"{model}-{kind}-{run}"
+    return Path(directory) / f"{stem}.costs.json.gz", Path(directory) / f"{stem}.assignments.json.gz"
+
+
+def save_inputs(
+    directory: str | os.PathLike[str], run: int, devices: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> None:
+    """Write what one pass simulated one model's ``rows`` (one kind, every placement) from: the
+    side-by-side profile, before any CPU device model (:func:`tfplace.core.costgraph.save_json`),
+    the ``devices`` and each placement's device per op, so that the rows can be simulated again
+    under another calibration without running anything (:func:`load_inputs`,
+    ``benchmarks/resimulate_fidelity.py``)."""
+    from tfplace.core.costgraph import atomic_write_bytes, save_json
+
+    [(model, kind)] = {(row["model"], row["kind"]) for row in rows}
+    costs, assignments = inputs_paths(directory, model, kind, run)
+    costs.parent.mkdir(parents=True, exist_ok=True)
+    save_json(rows[0]["profile"], costs)
+    document = {
+        "devices": list(devices),
+        "assignments": {row["placement"]: row["assignment"] for row in rows},
+    }
+    atomic_write_bytes(assignments, gzip.compress(json.dumps(document, sort_keys=True).encode(), mtime=0))
+
+
+def load_inputs(
+    directory: str | os.PathLike[str], model: str, kind: str, run: int
+) -> tuple[Any, list[str], dict[str, dict[str, str]]]:
+    """The side-by-side profile, the devices and the assignments by placement that
+    :func:`save_inputs` wrote for one pass of ``model`` on ``kind`` devices."""
+    from tfplace.core.costgraph import load_json
+
+    costs, assignments = inputs_paths(directory, model, kind, run)
+    with gzip.open(assignments, "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    return load_json(costs), document["devices"], document["assignments"]
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
     import contextlib
@@ -876,6 +940,9 @@ def main(argv: Sequence[str]) -> None:
     calibration = CpuCalibration.load(FLAGS.calibration)
     if FLAGS.runs < 1:
         raise app.UsageError(f"--runs must be at least 1, got {FLAGS.runs}")
+    if FLAGS.inputs_output:  # the device model the saved inputs were simulated under
+        Path(FLAGS.inputs_output).mkdir(parents=True, exist_ok=True)
+        calibration.save(Path(FLAGS.inputs_output) / INPUTS_CALIBRATION)
     passes = []
     for run in range(1, FLAGS.runs + 1):  # each pass over all models: their runs minutes apart
         rows = []
@@ -883,7 +950,12 @@ def main(argv: Sequence[str]) -> None:
             for name in FLAGS.models:  # fresh workers per model, as a training job starts its own
                 workers = LocalCluster(FLAGS.devices) if kind == "loopback" else contextlib.nullcontext()
                 with workers as cluster:
-                    rows += [{**row, "run": run} for row in measure_model(name, kind, cluster, calibration)]
+                    measured = [
+                        {**row, "run": run} for row in measure_model(name, kind, cluster, calibration)
+                    ]
+                if FLAGS.inputs_output:
+                    save_inputs(FLAGS.inputs_output, run, device_names(kind, FLAGS.devices), measured)
+                rows += measured
         logging.info("pass %d of %d: %s", run, FLAGS.runs, summary(rows))
         passes.append(rows)
     if FLAGS.runs_output:

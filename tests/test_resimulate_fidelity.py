@@ -1,0 +1,132 @@
+"""A fidelity pass saves what it simulated its rows from, so that they can be simulated again under
+another CPU device model without running anything (``benchmarks/resimulate_fidelity.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.fidelity import calibrated_costs, load_inputs, save_inputs, simulated
+from benchmarks.resimulate_fidelity import by_pass, changed, resimulated, summary
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
+from tfplace.core.synthetic import layered_training_graph
+from tfplace.core.transfer import TransferModel
+
+CPUS = ["/device:CPU:0", "/device:CPU:1"]
+CALIBRATION = CpuCalibration(
+    machine="test",
+    cores=2,
+    processes={
+        "virtual": CpuProcessModel(
+            op_overhead=1e-6,
+            step_overhead=1e-4,
+            threads=1,
+            link=TransferModel(k=0.0, b=5e-6, name="hand-off", copy_k=0.0, copy_b=5e-6),
+            byte_overhead=2e-11,
+        )
+    },
+)
+
+
+def saved_pass(directory: Path, run: int = 1) -> tuple[dict[str, dict[str, str]], dict[str, float]]:
+    """One pass of a synthetic model on two virtual CPUs saved as fidelity.py saves it: its
+    assignments and the step each was simulated at."""
+    profile = layered_training_graph(60, seed=run)
+    ops = list(profile)
+    assignments = {
+        "single": dict.fromkeys(ops, CPUS[0]),
+        "split": {op: CPUS[index * 2 // len(ops)] for index, op in enumerate(ops)},
+    }
+    rows = [
+        {"model": "toy", "kind": "virtual", "placement": placer, "profile": profile, "assignment": assignment}
+        for placer, assignment in assignments.items()
+    ]
+    save_inputs(directory, run, CPUS, rows)
+    devices = CALIBRATION.device_set(CPUS, 1 << 40)
+    costs = calibrated_costs(CALIBRATION, "virtual", profile, devices)
+    steps = {
+        placer: simulated(costs, assignment, devices).makespan for placer, assignment in assignments.items()
+    }
+    return assignments, steps
+
+
+def runs_rows(steps: dict[str, float], run: int = 1, measured_over: float = 1.1) -> list[dict[str, str]]:
+    return [
+        {
+            "model": "toy",
+            "kind": "virtual",
+            "placement": placer,
+            "run": str(run),
+            "simulated_s": str(step),
+            "measured_s": str(step * measured_over),
+            "memory_error": "0.0",
+        }
+        for placer, step in steps.items()
+    ]
+
+
+def test_saved_inputs_read_back_as_the_profile_devices_and_assignments_written(tmp_path: Path) -> None:
+    assignments, _ = saved_pass(tmp_path)
+
+    profile, devices, loaded = load_inputs(tmp_path, "toy", "virtual", 1)
+
+    assert devices == CPUS and loaded == assignments
+    assert sorted(profile) == sorted(layered_training_graph(60, seed=1))
+
+
+def test_resimulating_a_pass_on_the_model_it_ran_under_gives_back_its_simulated_steps(tmp_path: Path) -> None:
+    _, steps = saved_pass(tmp_path)
+
+    rows = resimulated(runs_rows(steps), tmp_path, CALIBRATION)
+
+    assert [row["simulated_s"] for row in rows] == pytest.approx(
+        [row["recorded_s"] for row in rows], rel=1e-12
+    )
+    assert [row["error"] for row in rows] == pytest.approx([1 / 1.1 - 1] * 2)
+
+
+def test_a_what_if_changes_the_simulated_steps_and_only_the_kind_it_names(tmp_path: Path) -> None:
+    _, steps = saved_pass(tmp_path)
+    costlier = changed(
+        CALIBRATION, ["virtual.op_overhead=2e-6", "virtual.link.b=5e-5", "virtual.link.copy_b=5e-5"]
+    )
+
+    rows = resimulated(runs_rows(steps), tmp_path, costlier)
+
+    assert costlier.process("virtual").op_overhead == 2e-6
+    assert costlier.process("virtual").link.copy_b == 5e-5
+    assert costlier.process("virtual").byte_overhead == CALIBRATION.process("virtual").byte_overhead
+    assert all(row["simulated_s"] > row["recorded_s"] for row in rows)
+
+
+def test_the_summary_counts_rows_within_five_percent_per_pass_and_in_the_median_pass(tmp_path: Path) -> None:
+    rows = []
+    for run, over in ((1, 1.02), (2, 1.2), (3, 1.03)):
+        _, steps = saved_pass(tmp_path, run)
+        rows += runs_rows(steps, run, over)
+
+    passes = by_pass(resimulated(rows, tmp_path, CALIBRATION))
+
+    assert [len(rows) for rows in passes] == [2, 2, 2]
+    assert summary(passes) == (
+        "step within 5%: passes 2 / 0 / 2 of 2; the median pass 2/2, within 10% 2; every pass 0/2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "names"),
+    [
+        ("virtual.op_overhead", "kind.field=value"),
+        ("op_overhead=1", "kind.field=value"),
+        ("virtual.threads.x=1", "kind.field=value"),
+        ("virtual.op_overhed=1", "byte_overhead, op_overhead, step_overhead, threads"),
+        ("virtual.link.speed=1", "b, copy_b, copy_k, k, latency"),
+        ("gpu.op_overhead=1", "the kinds are virtual, loopback"),
+    ],
+)
+def test_a_what_if_of_another_form_or_field_is_an_error_naming_what_there_is(
+    setting: str, names: str
+) -> None:
+    with pytest.raises(ValueError, match=names):
+        changed(CALIBRATION, [setting])
