@@ -48,8 +48,7 @@ def main(argv: Sequence[str]) -> None:
             for name in FLAGS.models:
                 spec, batch, estimate = fidelity.profiled_model(name)
                 devices = calibration.device_set(fidelity.device_names(kind, FLAGS.devices), 1 << 40)
-                cost_graph = calibration.step_costs(estimate.cost_graph, kind)
-                cost_graph.set_transfer_model(devices.typical_link)
+                cost_graph = fidelity.calibrated_costs(calibration, kind, estimate.cost_graph, devices)
                 placed = fidelity.placements(
                     cost_graph, estimate.imported.cost_graph, devices, FLAGS.placements
                 )

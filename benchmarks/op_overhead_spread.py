@@ -76,8 +76,7 @@ def resimulated(calibration: Any, rows: Sequence[dict[str, str]]) -> list[str]:
         for kind in dict.fromkeys(row["kind"] for row in rows if row["model"] == name):
             chosen = [row for row in rows if row["model"] == name and row["kind"] == kind]
             devices = calibration.device_set(fidelity.device_names(kind, FLAGS.devices), 1 << 40)
-            cost_graph = calibration.step_costs(estimate.cost_graph, kind)
-            cost_graph.set_transfer_model(devices.typical_link)
+            cost_graph = fidelity.calibrated_costs(calibration, kind, estimate.cost_graph, devices)
             placed = fidelity.placements(
                 cost_graph, estimate.imported.cost_graph, devices, [row["placement"] for row in chosen]
             )

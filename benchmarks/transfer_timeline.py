@@ -148,8 +148,7 @@ def measure(name: str, calibration: Any) -> str:
     samples: dict[str, list[tuple[float, float, float]]] = {"real": [], "simulated": []}
     for trace, times in zip(traces, kernels["dfs_topo"]):
         own_times, _ = fidelity.with_compute_times(estimate.cost_graph, times)
-        step_costs = calibration.step_costs(own_times, "loopback")
-        step_costs.set_transfer_model(devices.typical_link)
+        step_costs = fidelity.calibrated_costs(calibration, "loopback", own_times, devices)
         assignment = {op: split.assignment[op] for op in step_costs}
         real_step, real = real_phases(trace)
         simulated_step, simulated = simulated_phases(step_costs, assignment, devices)
