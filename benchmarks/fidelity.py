@@ -172,9 +172,9 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "inputs_output",
     "results/fidelity_inputs",
-    "Directory written: per pass, model and kind, the side-by-side profile its rows were simulated on "
-    "and each placement's device per op (save_inputs), which benchmarks/resimulate_fidelity.py "
-    "simulates again under another CPU device model ('' writes none).",
+    "Directory written: per pass, model and kind, the side-by-side profile its rows were simulated on, "
+    "the devices and each placement's device per op (save_inputs), and the CPU device model of the run, "
+    "which benchmarks/resimulate_fidelity.py simulates again under another ('' writes none).",
 )
 flags.DEFINE_string("cache_dir", DEFAULT_CACHE_DIR, "Profile cache directory ('' always profiles).")
 
