@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,8 +58,8 @@ def _numbers(record: Any) -> dict[str, type]:
 
 def changed(calibration: CpuCalibration, settings: Sequence[str]) -> CpuCalibration:
     """``calibration`` with each ``kind.field=value`` (or ``kind.link.field=value``) of
-    ``settings`` set; a setting of another form, an unknown kind or a field that is no number of
-    the model is an error that names what there is."""
+    ``settings`` set; a setting of another form, an unknown kind, a field that is no number of
+    the model or a value that is no number is an error that names what there is."""
     processes = dict(calibration.processes)
     for setting in settings:
         key, equals, value = setting.partition("=")
@@ -71,7 +72,15 @@ def changed(calibration: CpuCalibration, settings: Sequence[str]) -> CpuCalibrat
         numbers = _numbers(record)
         if path[-1] not in numbers:
             raise ValueError(f"{key!r}: {path[-1]!r} is none of {', '.join(sorted(numbers))}")
-        record = dataclasses.replace(record, **{path[-1]: numbers[path[-1]](float(value))})
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(f"{key!r}: {value!r} is not a number")
+        if numbers[path[-1]] is int and not number.is_integer():
+            raise ValueError(f"{key!r}: {value!r} is not a whole number")
+        record = dataclasses.replace(record, **{path[-1]: numbers[path[-1]](number)})
         processes[kind] = dataclasses.replace(model, link=record) if len(path) == 2 else record
     return dataclasses.replace(calibration, processes=processes)
 

@@ -123,6 +123,9 @@ def test_the_summary_counts_rows_within_five_percent_per_pass_and_in_the_median_
         ("virtual.op_overhed=1", "byte_overhead, op_overhead, step_overhead, threads"),
         ("virtual.link.speed=1", "b, copy_b, copy_k, k, latency"),
         ("gpu.op_overhead=1", "the kinds are virtual, loopback"),
+        ("virtual.op_overhead=abc", "'virtual.op_overhead': 'abc' is not a number"),
+        ("virtual.step_overhead=nan", "'virtual.step_overhead': 'nan' is not a number"),
+        ("virtual.threads=1.5", "'virtual.threads': '1.5' is not a whole number"),
     ],
 )
 def test_a_what_if_of_another_form_or_field_is_an_error_naming_what_there_is(
