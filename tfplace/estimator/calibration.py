@@ -198,6 +198,30 @@ def _concurrent_steps(
     return build
 
 
+def _relay_steps(src_device: str, dst_device: str, hops: int) -> Callable[[Any], list[tuple[Any, Any]]]:
+    """``build(anchor)`` for :func:`_calibration_session`: a tensor of 1 KiB made on ``src_device``
+    and added to ``hops`` times, all on ``src_device`` (``same``) or by turns on ``dst_device`` and
+    ``src_device`` (``crossing``: ``hops`` transfers one after another, each sent alone)."""
+    import tensorflow as tf
+
+    if hops < 2 or hops % 2:
+        raise ValueError(f"a relay goes out and back: hops must be even and at least 2, got {hops}")
+
+    def build(anchor: Any) -> list[tuple[Any, Any]]:
+        with tf.device(src_device):
+            base = tf.compat.v1.Variable(tf.zeros([_CONCURRENT_BYTES // 4]), name=f"relay_{hops}")
+            same = crossing = base.read_value()
+        for hop in range(hops):
+            with tf.device(src_device):
+                same = same + 1.0
+            with tf.device(dst_device if hop % 2 == 0 else src_device):
+                crossing = crossing + 1.0
+        with tf.device(src_device):
+            return [([same[0], anchor], [crossing[0], anchor])]
+
+    return build
+
+
 def _payload_steps(
     src_device: str, dst_device: str, sizes: Sequence[int]
 ) -> Callable[[Any], list[tuple[Any, Any]]]:
@@ -432,27 +456,33 @@ def calibrate_copy_cpu(
     devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
     request's handling per tensor, serialization and copies per byte). Reads the CPU time of
     ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
-    ``repeats`` steps that send one tensor of ``size`` bytes, then ``count`` tensors of 1 KiB,
-    each against as many steps doing the same work without sending, and solves
-    ``cpu = copy_b * tensors + copy_k * bytes`` per process. CPU time, unlike wall-clock time,
-    hardly changes when other processes share the machine. Linux only (``/proc``). The kernel
-    counts it in ticks of 10 ms: 5 repeats of 200 tensors came to about 20 ticks, 15 to 60.
+    ``repeats`` steps that send one tensor of ``size`` bytes, then relay a tensor of 1 KiB
+    ``count`` times between the devices, one transfer after another, each against as many steps
+    doing the same work without sending, and solves ``cpu = copy_b * tensors + copy_k * bytes``
+    per process. A split step's transfers mostly go one at a time, as its ops make them, and one
+    sent alone costs more: on session 26's Intel VM 105-112 us each side, where 200 tensors sent
+    at once cost 55 us each (the ``copy_b`` calibrations before it measured), and the loopback
+    splits' real steps took 240 us of CPU per transfer beyond one worker's. CPU time, unlike
+    wall-clock time, hardly changes when other processes share the machine. Linux only
+    (``/proc``). The kernel counts it in ticks of 10 ms: 15 repeats of 200 transfers come to
+    about 65 ticks.
 
     Returns
     -------
     copy_k, copy_b : float
         Seconds per byte and seconds per tensor, both >= 0.
     """
-    if repeats < 1 or size <= _CONCURRENT_BYTES or count < 1:
+    if repeats < 1 or size <= _CONCURRENT_BYTES or count < 2 or count % 2:
         raise ValueError(
-            f"need repeats >= 1, size > {_CONCURRENT_BYTES} bytes and count >= 1, got {repeats}, {size}, {count}"
+            f"need repeats >= 1, size > {_CONCURRENT_BYTES} bytes and an even count >= 2, "
+            f"got {repeats}, {size}, {count}"
         )
     sides = len(processes) * repeats
     large = _cpu_difference(
         dst_device, _payload_steps(src_device, dst_device, [size]), processes, target, config, repeats
     )
     small = _cpu_difference(
-        dst_device, _concurrent_steps(src_device, dst_device, [count]), processes, target, config, repeats
+        dst_device, _relay_steps(src_device, dst_device, count), processes, target, config, repeats
     )
     per_small = small / (sides * count)  # copy_b + copy_k * 1 KiB
     copy_k = max((large / sides - per_small) / (size - _CONCURRENT_BYTES), 0.0)
