@@ -26,7 +26,7 @@ is
 - simulated (:func:`tfplace.simulator.simulate`) on the side-by-side profile through the
   machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
   ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
-  overhead of a real step and its per-byte overhead for what the op allocates, the per-step overhead, the inter-op threads of each process on the
+  overhead of a real step, the per-step overhead, the inter-op threads of each process on the
   machine's shared cores, and the calibrated link of the device kind. No factor is fitted to any
   model.
 

@@ -6,7 +6,7 @@ under (``--inputs_output``: :func:`benchmarks.fidelity.save_inputs`); its ``--ru
 each pass's measured step. This program simulates every row of ``--runs_csv`` again from those
 inputs, on the saved device model (or ``--calibration``) changed by ``--set``: each a
 ``kind.field=value`` of :class:`tfplace.core.device_model.CpuProcessModel` (or
-``kind.link.field=value`` of its link), a what-if such as ``--set=virtual.byte_overhead=0``. It
+``kind.link.field=value`` of its link), a what-if such as ``--set=loopback.link.copy_b=5.5e-5``. It
 prints each row's error against the step its pass measured, each row's pass of median error
 (:func:`benchmarks.fidelity.median_runs`) and how many rows are within 5%.
 
@@ -15,7 +15,7 @@ run in seconds, where a new run takes 40 minutes on a quiet machine. A what-if c
 to one run is fitted to that run; what counts for issue 17 is a run measured after the change.
 
     PYTHONPATH=. .venv/bin/python benchmarks/resimulate_fidelity.py
-    PYTHONPATH=. .venv/bin/python benchmarks/resimulate_fidelity.py --set=virtual.byte_overhead=0
+    PYTHONPATH=. .venv/bin/python benchmarks/resimulate_fidelity.py --set=loopback.link.copy_b=5.5e-5
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ flags.DEFINE_list(
     "set",
     [],
     "Changes to the device model: kind.field=value (a number of a CPU process model) or "
-    "kind.link.field=value (of its link), e.g. virtual.byte_overhead=0,loopback.link.copy_b=9e-5.",
+    "kind.link.field=value (of its link), e.g. virtual.op_overhead=0,loopback.link.copy_b=9e-5.",
 )
 FLAGS.set_default("calibration", "")
 FLAGS["calibration"].help = "The CPU device model to start from ('': the one the passes ran under)."

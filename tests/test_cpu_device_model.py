@@ -263,18 +263,6 @@ def test_step_costs_add_the_per_op_overhead_at_least_to_zero_and_keep_memory():
     assert [loopback.nodes[op]["compute_time"] for op in loopback] == pytest.approx([4e-6, 1.2e-6])
 
 
-def test_step_costs_add_the_byte_overhead_for_what_an_op_allocates_not_for_an_inputs_buffer():
-    virtual = dataclasses.replace(CALIBRATION.processes["virtual"], op_overhead=0.0, byte_overhead=1e-9)
-    calibration = dataclasses.replace(CALIBRATION, processes={"virtual": virtual})
-    graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
-    graph.add_op("matmul", compute_time=10e-6, output_sizes=(4000,), temporary_bytes=1000)
-    graph.add_op("relu", compute_time=2e-6, output_sizes=(4000,), aliased_outputs=((0, "matmul", 0),))
-    graph.add_dependency("matmul", "relu", slots=[0])
-    costs = calibration.step_costs(graph, "virtual")
-    assert costs.nodes["matmul"]["compute_time"] == pytest.approx(10e-6 + 5000e-9)
-    assert costs.nodes["relu"]["compute_time"] == pytest.approx(2e-6)
-
-
 def fed_graph():
     """Two fed inputs (400 and 1,200 bytes), an input with a default, and the op that sums them."""
     graph = CostGraph(transfer_model=UNIT_LINK.to_dict())
@@ -358,10 +346,15 @@ def test_a_calibration_written_before_feeds_were_measured_reads_with_feeds_for_f
     assert CpuCalibration.from_dict(spec).process("loopback").feed == FeedCost()
 
 
-def test_a_calibration_written_before_the_byte_overhead_was_measured_reads_with_none():
+def test_a_format_6_calibration_reads_with_its_per_byte_overhead_ignored_and_a_warning(tmp_path):
     spec = CALIBRATION.to_dict()
-    del spec["processes"]["loopback"]["byte_overhead"]
-    assert CpuCalibration.from_dict(spec).process("loopback").byte_overhead == 0.0
+    spec["format"] = 6
+    spec["processes"]["loopback"]["byte_overhead"] = 65e-12
+    path = tmp_path / "format6.json"
+    path.write_text(json.dumps(spec))
+    with pytest.warns(UserWarning, match="format 6"):
+        calibration = CpuCalibration.load(path)
+    assert calibration.process("loopback") == CALIBRATION.process("loopback")
 
 
 def test_a_calibration_written_before_the_fits_were_pooled_still_reads_with_no_fits():
@@ -419,40 +412,18 @@ def test_reading_a_missing_or_malformed_calibration_says_what_to_do(tmp_path):
         CpuCalibration.load(tmp_path / "bad.json")
 
 
-def timed_chains(chains, op_overhead=0.0, byte_overhead=0.0, step_overhead=0.0):
-    """StepTimings of ``(records, allocated bytes)`` chains whose untraced steps take exactly the
-    given overheads beyond their traced ops (0.8 us each)."""
-    return [
-        StepTiming(
-            ops,
-            nbytes,
-            0.8e-6 * ops,
-            0.8e-6 * ops + op_overhead * ops + byte_overhead * nbytes + step_overhead,
-        )
-        for ops, nbytes in chains
-    ]
+def timed_chains(chains, op_overhead=0.0, step_overhead=0.0):
+    """StepTimings of chains of ``chains`` records whose untraced steps take exactly the given
+    overheads beyond their traced ops (0.8 us each)."""
+    return [StepTiming(ops, 0.8e-6 * ops, 0.8e-6 * ops + op_overhead * ops + step_overhead) for ops in chains]
 
 
-NARROW_CHAINS = [(110, 11_000), (460, 46_000), (900, 90_000)]  # as many bytes per op each
-WIDE_CHAINS = [(460, 2_700_000), (460, 6_600_000)]
+CHAINS = [110, 460, 900]
 
 
 def test_the_per_op_overhead_is_the_slope_of_untraced_minus_traced_steps():
-    fit = fit_op_overhead(timed_chains(NARROW_CHAINS, op_overhead=-0.3e-6, step_overhead=80e-6))
-    assert fit == pytest.approx(OverheadFit(-0.3e-6, 0.0, 80e-6))
-
-
-def test_wide_chains_tell_the_per_byte_overhead_from_the_per_op_one():
-    chains = timed_chains(
-        NARROW_CHAINS + WIDE_CHAINS, op_overhead=0.05e-6, byte_overhead=37e-12, step_overhead=30e-6
-    )
-    assert fit_op_overhead(chains) == pytest.approx(OverheadFit(0.05e-6, 37e-12, 30e-6))
-
-
-def test_chains_allocating_alike_per_op_put_every_overhead_on_the_op_and_none_on_the_byte():
-    """Bytes in proportion to the ops cannot be told from ops: the per-op line takes them."""
-    fit = fit_op_overhead(timed_chains(NARROW_CHAINS, byte_overhead=37e-12))
-    assert fit.byte_overhead == 0.0 and fit.op_overhead == pytest.approx(100 * 37e-12)
+    fit = fit_op_overhead(timed_chains(CHAINS, op_overhead=-0.3e-6, step_overhead=80e-6))
+    assert fit == pytest.approx(OverheadFit(-0.3e-6, 80e-6))
 
 
 def test_the_traced_time_of_a_chain_is_its_quietest_steps_as_the_profiler_reduces_a_profile():
@@ -466,16 +437,14 @@ def test_the_traced_time_of_a_chain_is_its_quietest_steps_as_the_profiler_reduce
 
 def test_pooled_fits_take_each_coefficients_median_so_one_fit_in_a_busy_window_does_not_move_them():
     quiet = [
-        OverheadFit(-0.21e-6, 30e-12, 100e-6),
-        OverheadFit(-0.20e-6, 40e-12, 110e-6),
-        OverheadFit(-0.19e-6, 35e-12, 90e-6),
-        OverheadFit(-0.22e-6, 45e-12, 105e-6),
+        OverheadFit(-0.21e-6, 100e-6),
+        OverheadFit(-0.20e-6, 110e-6),
+        OverheadFit(-0.19e-6, 90e-6),
+        OverheadFit(-0.22e-6, 105e-6),
     ]
-    busy = OverheadFit(
-        +0.7e-6, 200e-12, 0.0
-    )  # a preempted short chain tilts one fit: slope up, intercept down
+    busy = OverheadFit(+0.7e-6, 0.0)  # a preempted short chain tilts one fit: slope up, intercept down
     pooled = pooled_fits([*quiet[:2], busy, *quiet[2:]])
-    assert pooled == pytest.approx(OverheadFit(-0.20e-6, 40e-12, 100e-6))
+    assert pooled == pytest.approx(OverheadFit(-0.20e-6, 100e-6))
     assert pooled_fits([busy]) == busy
 
 
@@ -489,28 +458,20 @@ def test_the_calibrate_printout_gives_the_range_of_the_pooled_fits_where_the_fil
     assert lines[3] == "  MatMul rows per pass over the weights: MatMul 1, MatMul/transpose_b 3"
 
 
-def test_the_calibrate_printout_gives_the_per_byte_overhead_per_allocated_megabyte():
-    from tfplace.cli.calibrate_command import calibration_table
-
-    virtual = dataclasses.replace(CALIBRATION.processes["virtual"], byte_overhead=37e-12)
-    line = calibration_table(dataclasses.replace(CALIBRATION, processes={"virtual": virtual})).splitlines()[1]
-    assert "-0.500 us per op, +37.00 us per allocated MB," in line
-
-
 def test_pooling_no_fit_is_an_error():
     with pytest.raises(ValueError, match="at least one fit"):
         pooled_fits([])
 
 
 def test_a_step_never_costs_less_than_its_ops_so_a_negative_intercept_goes_through_zero():
-    fit = fit_op_overhead([StepTiming(100, 0, 1e-4, 0.5e-4), StepTiming(200, 0, 2e-4, 1.6e-4)])
-    assert fit.step_overhead == 0.0 and fit.byte_overhead == 0.0
+    fit = fit_op_overhead([StepTiming(100, 1e-4, 0.5e-4), StepTiming(200, 2e-4, 1.6e-4)])
+    assert fit.step_overhead == 0.0
     assert fit.op_overhead == pytest.approx((-0.5e-4 * 100 - 0.4e-4 * 200) / (100**2 + 200**2))
 
 
 def test_the_per_op_overhead_needs_chains_of_two_lengths():
     with pytest.raises(ValueError, match="at least two lengths, got \\[460, 460\\]"):
-        fit_op_overhead(timed_chains(WIDE_CHAINS))
+        fit_op_overhead(timed_chains([460, 460]))
 
 
 def test_pooled_links_take_each_parameters_median_so_one_fit_in_a_busy_moment_does_not_set_them():

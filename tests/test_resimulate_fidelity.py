@@ -23,7 +23,6 @@ CALIBRATION = CpuCalibration(
             step_overhead=1e-4,
             threads=1,
             link=TransferModel(k=0.0, b=5e-6, name="hand-off", copy_k=0.0, copy_b=5e-6),
-            byte_overhead=2e-11,
         )
     },
 )
@@ -96,7 +95,7 @@ def test_a_what_if_changes_the_simulated_steps_and_only_the_kind_it_names(tmp_pa
 
     assert costlier.process("virtual").op_overhead == 2e-6
     assert costlier.process("virtual").link.copy_b == 5e-5
-    assert costlier.process("virtual").byte_overhead == CALIBRATION.process("virtual").byte_overhead
+    assert costlier.process("virtual").step_overhead == CALIBRATION.process("virtual").step_overhead
     assert all(row["simulated_s"] > row["recorded_s"] for row in rows)
 
 
@@ -120,7 +119,7 @@ def test_the_summary_counts_rows_within_five_percent_per_pass_and_in_the_median_
         ("virtual.op_overhead", "kind.field=value"),
         ("op_overhead=1", "kind.field=value"),
         ("virtual.threads.x=1", "kind.field=value"),
-        ("virtual.op_overhed=1", "byte_overhead, op_overhead, step_overhead, threads"),
+        ("virtual.op_overhed=1", "op_overhead, step_overhead, threads"),
         ("virtual.link.speed=1", "b, copy_b, copy_k, k, latency"),
         ("gpu.op_overhead=1", "the kinds are virtual, loopback"),
         ("virtual.op_overhead=abc", "'virtual.op_overhead': 'abc' is not a number"),

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, allocated_bytes, atomic_write_text
+from tfplace.core.costgraph import CHANNEL_BLOCK, CostGraph, atomic_write_text
 from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
@@ -227,10 +227,13 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 6
-"""Version of a stored :class:`CpuCalibration`. 6 (session 23): the per-byte overhead of what an
-op allocates (:attr:`CpuProcessModel.byte_overhead`) is measured beside the per-op one, on chains
-of wide layers too (an older file has none). 5 (session 19): the per-op overhead is measured
+CALIBRATION_FORMAT = 7
+"""Version of a stored :class:`CpuCalibration`. 7 (session 26): no per-byte overhead (format 6's
+``byte_overhead``, fitted on chains of wide layers, is ignored: it did not carry over to the
+models, :data:`tfplace.estimator.calibration.DEFAULT_CHAINS`), and a loopback link's ``copy_b``
+is the CPU of a transfer sent alone, about twice what format 6 measured sending 200 at once
+(:func:`tfplace.estimator.calibration.calibrate_copy_cpu`). 6 (session 23): the per-byte overhead
+of what an op allocates is measured beside the per-op one. 5 (session 19): the per-op overhead is measured
 against chains traced as the profiler now traces, on a worker of its own under TensorFlow's BFC
 allocator for the CPU (``tfplace.estimator.profiling_process``). 4 (session 16): each kind's :class:`FeedCost` is
 measured (an older file feeds for free). 3 (session 12): the per-op overhead is measured
@@ -308,16 +311,6 @@ class CpuProcessModel:
         show how far it can be trusted; empty in files written before they were pooled.
     feed : FeedCost
         What the step's fed tensors cost (none in files calibrated before it was measured).
-    byte_overhead : float
-        Seconds a real step spends per byte an op allocates
-        (:func:`~tfplace.core.costgraph.allocated_bytes`) beyond the
-        op's traced kernel time. The profile traces on a worker under TensorFlow's BFC allocator
-        (:mod:`tfplace.estimator.profiling_process`), a real step runs under its own process's
-        allocator, and chains of wide layers ran their gradients slower untraced than their traced
-        kernels said, by half as much with BFC on both sides. Fits on chains gave 18.7-38 us per
-        allocated MB on virtual CPUs and 50-87 on loopback workers (session 23), the range of what
-        the Transformer's and Inception V3's real steps needed beyond their profiles; 0 in files
-        calibrated before it was measured.
     """
 
     op_overhead: float
@@ -326,7 +319,6 @@ class CpuProcessModel:
     link: TransferModel
     op_overhead_fits: tuple[float, ...] = ()
     feed: FeedCost = FeedCost()
-    byte_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -342,7 +334,6 @@ class CpuProcessModel:
             "link": self.link.to_dict(),
             "op_overhead_fits": list(self.op_overhead_fits),
             "feed": self.feed.to_dict(),
-            "byte_overhead": self.byte_overhead,
         }
 
     @classmethod
@@ -354,7 +345,6 @@ class CpuProcessModel:
             link=TransferModel.from_dict(spec["link"]),
             op_overhead_fits=tuple(float(fit) for fit in spec.get("op_overhead_fits", ())),
             feed=FeedCost.from_dict(spec["feed"]) if "feed" in spec else FeedCost(),
-            byte_overhead=float(spec.get("byte_overhead", 0.0)),
         )
 
 
@@ -411,19 +401,15 @@ class CpuCalibration:
 
     def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:
         """A copy of ``graph`` (CPU costs profiled on this machine) with every op's time as in a
-        real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`
-        and :attr:`CpuProcessModel.byte_overhead` for each byte it allocates, at least 0, and each ``Placeholder`` (a fed tensor: a step cannot run without its feed)
+        real step on ``kind`` devices: its traced time plus :attr:`CpuProcessModel.op_overhead`,
+        at least 0, and each ``Placeholder`` (a fed tensor: a step cannot run without its feed)
         also its share of :attr:`CpuProcessModel.feed`, its tensor's and bytes' cost and an equal
         part of the per-step cost. Memory is unchanged."""
         model = self.process(kind)
         converted = graph.copy()
         fed = [attrs for _, attrs in converted.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         for _, attrs in converted.nodes(data=True):
-            nbytes = allocated_bytes(
-                attrs["output_sizes"], attrs.get("aliased_outputs", ()), attrs.get("temporary_bytes", 0)
-            )
-            overhead = model.op_overhead + model.byte_overhead * nbytes
-            attrs["compute_time"] = max(attrs["compute_time"] + overhead, 0.0)
+            attrs["compute_time"] = max(attrs["compute_time"] + model.op_overhead, 0.0)
         feed = model.feed
         for attrs in fed:
             attrs["compute_time"] += (

@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tfplace.core.costgraph import allocated_bytes
 from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.devices import Device, DeviceSet
 from tfplace.core.progress import track
@@ -98,22 +97,19 @@ class ChainShape(NamedTuple):
     rows: int = 4
 
 
-DEFAULT_CHAINS: tuple[ChainShape, ...] = (
-    ChainShape(150),
-    ChainShape(600),
-    ChainShape(1200),
-    ChainShape(600, 128, 64),
-    ChainShape(600, 128, 128),
-    ChainShape(1200, 128, 64),
-    ChainShape(600, 256, 32),
-)
+DEFAULT_CHAINS: tuple[ChainShape, ...] = (ChainShape(150), ChainShape(600), ChainShape(1200))
 """The steps :func:`calibrate_op_overhead` times: narrow chains of three lengths (a few KB
-allocated per step) for the per-op overhead, and wide ones (2.7 to 6.7 MB allocated per step,
-tensors of 32 to 256 KB) for the per-byte one. On the session-23 VM, where the narrow chains'
-untraced steps exceeded their traced kernels by 67-77 us on virtual CPUs and 497-512 us on a
-loopback worker, the wide ones did by 94-253 and 494-952 us; what an allocated byte costs varies
-with the size of the buffers (the 256-wide chain cost most per byte on both kinds), so the chains
-span the sizes of a model's tensors and the fit takes their average."""
+allocated per step).
+
+Chains of wide layers (2.7 to 10.9 MB allocated per step) ran their untraced steps slower than
+their traced kernels by up to 1 ms, and from session 23 to 25 a per-byte overhead fitted on them
+was added to every op. It did not carry over to the models on either machine it was measured on:
+on the session-23 AMD EPYC the chains gave 18.7 us per allocated MB on virtual CPUs where the
+Transformer's real steps needed 25-42 and the NMT's none; on the session-25 Intel Xeon they gave
+65 where the Transformer needed 2, Tensor Holography -36 and the NMT 104, and the Transformer's,
+Tensor Holography's and Inception V3's one-device steps came out 5-13% over with it, within 4%
+without. Whatever makes wide chains slow untraced is not a cost per byte of what the ops
+allocate (nor per parameter byte: Inception V3, with 262 MB of them, needed less than none)."""
 
 DEFAULT_FITS = 5
 """Independent per-op overhead fits :func:`calibrate_op_overhead` pools (their median).
@@ -133,7 +129,6 @@ class StepTiming(NamedTuple):
     """One calibration step measured traced and untraced (:func:`time_traced_and_untraced`)."""
 
     records: int
-    allocated_bytes: int
     traced: float
     untraced: float
 
@@ -142,7 +137,6 @@ class OverheadFit(NamedTuple):
     """What an untraced step takes beyond its ops' traced times (:func:`fit_op_overhead`)."""
 
     op_overhead: float
-    byte_overhead: float
     step_overhead: float
 
 
@@ -668,19 +662,6 @@ def op_chains(shapes: Sequence[ChainShape]) -> list[StepBuilder]:
     return [functools.partial(_op_chain, shape) for shape in shapes]
 
 
-def allocated_step_bytes(run_metadata: Any, graph: Any) -> int:
-    """Bytes the ops of ``graph`` allocated in one traced step, as a profile counts them
-    (:func:`~tfplace.core.costgraph.allocated_bytes` of each op's trace)."""
-    from tfplace.tf_graph.split_attrs import op_inputs
-    from tfplace.tf_graph.step_stats import collect_op_traces
-
-    inputs = {op.name: op_inputs(op) for op in graph.get_operations()}
-    return sum(
-        allocated_bytes(trace.output_sizes, trace.aliased_outputs, trace.temporary_bytes)
-        for trace in collect_op_traces(run_metadata, inputs, inputs).values()
-    )
-
-
 def time_traced_and_untraced(
     steps: Sequence[StepBuilder],
     *,
@@ -690,11 +671,9 @@ def time_traced_and_untraced(
     repeats: int = 20,
     warmup_steps: int = STEADY_STATE_STEPS,
 ) -> list[StepTiming]:
-    """Per training step ``steps`` build, the ops a ``FULL_TRACE`` step records, the bytes they
-    allocate (:func:`allocated_step_bytes`) and their times summed, as the profiler measures them
-    (on a worker of its own under the BFC allocator, :mod:`tfplace.estimator.profiling_process`),
-    and the
-    seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
+    """Per training step ``steps`` build, the ops a ``FULL_TRACE`` step records and their times
+    summed, as the profiler measures them (on a worker of its own under the BFC allocator,
+    :mod:`tfplace.estimator.profiling_process`), and the seconds of a whole untraced step on ``device`` under ``config`` at ``target``, after
     ``warmup_steps`` untraced steps (:data:`STEADY_STATE_STEPS`: the executor's steady state).
     The steps and the two kinds of run are timed in turns, ``repeats`` times; each turn first runs
     its step once untimed, so that every timed step follows a step of its own graph, as in a
@@ -719,10 +698,8 @@ def time_traced_and_untraced(
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with contextlib.ExitStack() as stack:
         runs = []
-        graphs = []
         for build in steps:
             graph, fetch, initializer, feeds = build("/device:CPU:0")
-            graphs.append(graph)
             session, _ = stack.enter_context(profiling_session(graph, profiling_config(), "worker"))
             session.run(initializer)
             graph, remote_fetch, initializer, _ = build(device)
@@ -732,7 +709,6 @@ def time_traced_and_untraced(
                 remote.run(remote_fetch, feeds)
             runs.append((session, fetch, remote, remote_fetch, feeds))
         records = [0] * len(steps)
-        allocated = [0] * len(steps)
         traced: list[dict[str, list[float]]] = [{} for _ in steps]
         untraced: list[list[float]] = [[] for _ in steps]
         for repeat in track(range(repeats + 2), "calibrating the per-op overhead"):
@@ -751,14 +727,12 @@ def time_traced_and_untraced(
                     if not node.node_name.startswith("_SOURCE")
                 ]
                 records[i] = len(nodes)
-                if repeat == 2:  # the same bytes every step: read the first timed one's
-                    allocated[i] = allocated_step_bytes(metadata, graphs[i])
                 for node in nodes:
                     traced[i].setdefault(node.node_name, []).append(node_kernel_time(node))
                 untraced[i].extend(seconds)
     return [
-        StepTiming(count, nbytes, profiled_sum(t), step_statistic(u))
-        for count, nbytes, t, u in zip(records, allocated, traced, untraced)
+        StepTiming(count, profiled_sum(t), step_statistic(u))
+        for count, t, u in zip(records, traced, untraced)
     ]
 
 
@@ -780,28 +754,20 @@ def profiled_sum(times: Mapping[str, Sequence[float]]) -> float:
 
 
 def fit_op_overhead(timings: Sequence[StepTiming]) -> OverheadFit:
-    """The least-squares plane of what an untraced step takes beyond its ops' traced times,
-    ``untraced - traced = step_overhead + op_overhead * records + byte_overhead * allocated_bytes``
+    """The least-squares line of what an untraced step takes beyond its ops' traced times,
+    ``untraced - traced = step_overhead + op_overhead * records``
     (:class:`~tfplace.core.device_model.CpuProcessModel`). The step overhead is at least 0: a
-    negative intercept refits through the origin. The two slopes are told apart only by steps
-    allocating at least twice as many bytes per op as others (:data:`DEFAULT_CHAINS`); without
-    such steps the byte overhead is 0 and the per-op line takes it all."""
+    negative intercept refits through the origin."""
     ops = np.array([t.records for t in timings], dtype=float)
-    nbytes = np.array([t.allocated_bytes for t in timings], dtype=float)
     extra = np.array([t.untraced - t.traced for t in timings], dtype=float)
     if len(set(ops.tolist())) < 2:
         raise ValueError(
             f"the per-op overhead needs chains of at least two lengths, got {ops.astype(int).tolist()}"
         )
-    per_op = nbytes / ops
-    separable = len(timings) >= 3 and per_op.max() > 2 * per_op.min()
-    slopes = np.column_stack([ops, nbytes] if separable else [ops])
-    coefficients = np.linalg.lstsq(np.column_stack([slopes, np.ones_like(ops)]), extra, rcond=None)[0]
-    if coefficients[-1] < 0:  # no step costs less than its ops
-        coefficients = np.append(np.linalg.lstsq(slopes, extra, rcond=None)[0], 0.0)
-    if not separable:
-        coefficients = np.insert(coefficients, 1, 0.0)
-    return OverheadFit(*(float(c) for c in coefficients))
+    slope, intercept = np.polyfit(ops, extra, 1)
+    if intercept < 0:  # no step costs less than its ops
+        slope, intercept = float(ops @ extra / (ops @ ops)), 0.0
+    return OverheadFit(float(slope), float(intercept))
 
 
 def pooled_fits(fits: Sequence[OverheadFit]) -> OverheadFit:
@@ -822,7 +788,7 @@ def calibrate_op_overhead(
     repeats: int = 20,
     fits: int = DEFAULT_FITS,
 ) -> tuple[OverheadFit, tuple[float, ...]]:
-    """The per-op, per-byte and per-step overhead of real steps on ``device``
+    """The per-op and per-step overhead of real steps on ``device``
     (:class:`CpuProcessModel`), and each fit's per-op overhead, whose spread says how far the
     pooled value can be trusted: ``fits`` times, in fresh sessions one after the other, the small
     training steps of ``chains`` timed traced and untraced (:func:`op_chains`,
@@ -853,8 +819,9 @@ def calibrate_cpu(
     """Calibrate this machine's CPU device model (:class:`~tfplace.core.device_model.CpuCalibration`).
 
     ``"virtual"``: two virtual CPUs of this process under :func:`profiled_run_config` with
-    ``virtual_threads`` inter-op threads, their per-op, per-byte and per-step
-    overhead (:func:`calibrate_op_overhead` on ``chains``, the median of ``fits`` fits) and the hand-off between them
+    ``virtual_threads`` inter-op threads, their per-op and per-step overhead
+    (:func:`calibrate_op_overhead` on ``chains``, the median of ``fits`` fits) and the hand-off
+    between them
     (:func:`calibrate_transfer` for the bytes, :func:`handoff_per_tensor` for each tensor, work of
     the threads: :func:`handoff_on_threads`). ``"loopback"`` (with ``workers`` >= 1): a
     :class:`~tfplace.tf_graph.cluster.LocalCluster`'s per-op overhead on worker 0, its per-worker
@@ -891,7 +858,6 @@ def calibrate_cpu(
             handoff_on_threads(link),
             spread,
             feed,
-            overhead.byte_overhead,
         )
     }
     if workers >= 1:
@@ -917,6 +883,5 @@ def calibrate_cpu(
                 devices.inter_host,
                 spread,
                 feed,
-                overhead.byte_overhead,
             )
     return CpuCalibration(socket.gethostname(), cores, processes, measure_matmul_row_blocks())
