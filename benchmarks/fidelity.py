@@ -27,8 +27,10 @@ is
   machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
   ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
   overhead of a real step, the per-step overhead, the inter-op threads of each process on the
-  machine's shared cores, and the calibrated link of the device kind. No factor is fitted to any
-  model.
+  machine's shared cores, and the calibrated link of the device kind, on loopback workers with
+  the CPU a transfer costs them probed side by side with the runs too (``link_copy_b_us``:
+  :class:`SideBySideLink`; ``calibrated_link_simulated_s`` and ``calibrated_link_error`` with the
+  calibration's). No factor is fitted to any model.
 
 ``profile_traced_s`` is the side-by-side profile's op times summed, ``profile_untraced_s`` the
 profiler's statistic of the untraced steps its session runs before each traced one (the second of
@@ -159,6 +161,13 @@ flags.DEFINE_integer(
     "with the runs they are compared with.",
 )
 flags.DEFINE_integer(
+    "link_probe_steps",
+    5,
+    "On loopback workers, relaying steps of each probe of the link's CPU per transfer "
+    "(tfplace.estimator.calibration.relay_probe), one probe beside each side-by-side profile step: the "
+    "copy_b the rows are simulated with, measured side by side with the runs (0: the calibration's).",
+)
+flags.DEFINE_integer(
     "runs",
     3,
     "Passes over every model and kind, one after the other (each a model's full measurement: fresh "
@@ -197,6 +206,8 @@ PASS_COLUMNS = (
     "recv_calls",
     "simulated_s",
     "unfed_simulated_s",
+    "calibrated_link_simulated_s",
+    "link_copy_b_us",
     "measured_s",
     "median_s",
     "median_error",
@@ -204,6 +215,7 @@ PASS_COLUMNS = (
     "profile_traced_s",
     "profile_untraced_s",
     "error",
+    "calibrated_link_error",
     "noise",
     "steps",
     "cpu_s",
@@ -499,7 +511,10 @@ def warm_up(series: Series, workers: Sequence[int]) -> tuple[float, list[Any]]:
 
 
 def interleaved_steps(
-    sessions: Sequence[Series], workers: Sequence[int], profile: SideBySideProfile | None = None
+    sessions: Sequence[Series],
+    workers: Sequence[int],
+    profile: SideBySideProfile | None = None,
+    link: SideBySideLink | None = None,
 ) -> tuple[int, list[Any]]:
     """Time the sessions' steps in rounds, one block of steps of each per round, the order rotating
     from round to round: a busy spell of the machine slows every session a little rather than one a
@@ -510,8 +525,9 @@ def interleaved_steps(
     its timed steps, at least ``--block_seconds`` of them. Each session gets at least ``--steps``
     and ``--timed_seconds`` of timed steps (at most ``--max_steps``); ``profile``, if given, takes
     ``--profile_steps`` traced steps spread evenly over the rounds, each after the profiler's
-    untraced steps of its own (:meth:`SideBySideProfile.step`). Returns the timed steps of each session
-    and each session's traces of its first steps (:func:`warm_up`)."""
+    untraced steps of its own (:meth:`SideBySideProfile.step`), and ``link``, if given, probes the
+    link beside each (:meth:`SideBySideLink.step`). Returns the timed steps of each session and each
+    session's traces of its first steps (:func:`warm_up`)."""
     warmed = [warm_up(series, workers) for series in sessions]
     longest = max(max(seconds for seconds, _ in warmed), 1e-6)
     timed = math.ceil(FLAGS.block_seconds / longest)
@@ -521,6 +537,8 @@ def interleaved_steps(
     for index in range(rounds):
         if profile is not None and index % every == 0 and len(profile.steps.wall) < FLAGS.profile_steps:
             profile.step()
+            if link is not None:
+                link.step()
         shift = index % len(sessions)
         for series in [*sessions[shift:], *sessions[:shift]]:
             series.step(workers)
@@ -529,6 +547,59 @@ def interleaved_steps(
                 series.wall.append(wall)
                 series.cpu.append(cpu)
     return rounds * timed, [traces for _, traces in warmed]
+
+
+@dataclasses.dataclass
+class SideBySideLink:
+    """The loopback link's CPU per transfer (``copy_b``) probed on the workers while their
+    placements run (:func:`~tfplace.estimator.calibration.relay_probe`, ``--link_probe_steps``
+    relaying steps a probe), as the profile is taken again beside them.
+
+    A loopback split's step moves with what a transfer costs the workers' processors, and that
+    moves with the machine: one session's probes read 88-155 us per side on session 26's VM, and
+    the loopback splits' simulated steps move by about 0.45% per microsecond of ``copy_b``; a
+    calibration minutes before compares two speeds of it. The median probe (less the calibrated
+    per-byte CPU of the probe's 1 KiB) replaces the calibrated ``copy_b`` (:func:`with_copy_b`)."""
+
+    probe: Callable[[int], float]
+    copy_k: float
+    samples: list[float] = dataclasses.field(default_factory=list)
+
+    def step(self) -> None:
+        """One probe of ``--link_probe_steps`` relaying steps."""
+        self.samples.append(self.probe(FLAGS.link_probe_steps))
+
+    def copy_b(self) -> float:
+        """The median probe less ``copy_k`` for its 1 KiB, at least 0."""
+        from tfplace.estimator.calibration import RELAYED_BYTES
+
+        return max(statistics.median(self.samples) - self.copy_k * RELAYED_BYTES, 0.0)
+
+
+def open_link(stack, calibration, cluster) -> SideBySideLink | None:
+    """A :class:`SideBySideLink` between ``cluster``'s first two workers (closed with ``stack``);
+    ``None`` without a second worker or with ``--link_probe_steps=0``."""
+    from tfplace.estimator.calibration import relay_probe
+
+    if cluster.num_workers < 2 or FLAGS.link_probe_steps < 1:
+        return None
+    config, target = run_config("loopback", cluster, calibration)
+    probe = stack.enter_context(
+        relay_probe(
+            cluster.device(0), cluster.device(1), cluster.pids[:2], target=target, config=config, reset=False
+        )
+    )
+    return SideBySideLink(probe, calibration.process("loopback").link.copy_k)
+
+
+def with_copy_b(calibration, kind: str, copy_b: float):
+    """``calibration`` with ``kind``'s link costing its devices ``copy_b`` per transfer (at most the
+    link's ``b``, the whole of a transfer alone)."""
+    model = calibration.process(kind)
+    link = dataclasses.replace(model.link, copy_b=min(copy_b, model.link.b))
+    return dataclasses.replace(
+        calibration, processes={**calibration.processes, kind: dataclasses.replace(model, link=link)}
+    )
 
 
 @dataclasses.dataclass
@@ -720,7 +791,8 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             for _ in "ab"
         ]
         profile = open_profile(stack, spec, batch, frozenset(estimate.cost_graph))
-        steps, first_traces = interleaved_steps(sessions, workers, profile)
+        link = open_link(stack, calibration, cluster) if kind == "loopback" else None
+        steps, first_traces = interleaved_steps(sessions, workers, profile, link)
         loads = f"{before} -> {load()}"
         for index, (placer, placement) in enumerate(placed.items()):
             pair = sessions[2 * index : 2 * index + 2]
@@ -744,13 +816,17 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
         "profile_traced_s": sum(compute_times.values()),
         "profile_untraced_s": step_statistic(profile.untraced) if profile.untraced else math.nan,
     }
-    simulated_on = calibrated_costs(calibration, kind, side_by_side, devices)
-    fed_for_free = calibrated_costs(fed_freely(calibration, kind), kind, side_by_side, devices)
+    copy_b = link.copy_b() if link is not None else None
+    probed = calibration if copy_b is None else with_copy_b(calibration, kind, copy_b)
+    probed_devices = probed.device_set(names, 1 << 40)
+    simulated_on = calibrated_costs(probed, kind, side_by_side, probed_devices)
+    fed_for_free = calibrated_costs(fed_freely(probed, kind), kind, side_by_side, probed_devices)
+    as_calibrated = calibrated_costs(calibration, kind, side_by_side, devices)
     cycles_per_second = cycle_counter_hz()
     for placer, placement in placed.items():
         assignment = {op: placement.assignment[op] for op in simulated_on}
-        result = simulated(simulated_on, assignment, devices)
-        steady = simulated(simulated_on, assignment, devices, cycles_per_second)
+        result = simulated(simulated_on, assignment, probed_devices)
+        steady = simulated(simulated_on, assignment, probed_devices, cycles_per_second)
         used = sorted(set(assignment.values()))
         rows[placer].update(
             profile=side_by_side,
@@ -759,11 +835,14 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             simulated_transfers=result.transfers,
             used=used,
             simulated_s=result.makespan,
-            unfed_simulated_s=simulated(fed_for_free, assignment, devices).makespan,
+            unfed_simulated_s=simulated(fed_for_free, assignment, probed_devices).makespan,
+            calibrated_link_simulated_s=simulated(as_calibrated, assignment, devices).makespan,
+            link_copy_b=copy_b,
+            link_copy_b_us=math.nan if copy_b is None else copy_b * 1e6,
             profile_drift=drift,
             **profile_steps,
-            simulated_peaks={d: int(result.peak_memory[devices.index(d)]) for d in used},
-            simulated_steady_peaks={d: int(steady.peak_memory[devices.index(d)]) for d in used},
+            simulated_peaks={d: int(result.peak_memory[probed_devices.index(d)]) for d in used},
+            simulated_steady_peaks={d: int(steady.peak_memory[probed_devices.index(d)]) for d in used},
         )
         finish_row(rows[placer])
     return list(rows.values())
@@ -798,6 +877,9 @@ def finish_row(row: dict[str, Any]) -> None:
     row["median_s"] = statistics.median(steps)
     row["noise"] = abs(first - second) / row["measured_s"]
     row["error"] = (row["simulated_s"] - row["measured_s"]) / row["measured_s"]
+    row["calibrated_link_error"] = (row["calibrated_link_simulated_s"] - row["measured_s"]) / row[
+        "measured_s"
+    ]
     row["median_error"] = (row["simulated_s"] - row["median_s"]) / row["median_s"]
     for simulated_peaks, simulated_mb, runs, peaks, peak_mb, error in (
         ("simulated_peaks", "simulated_peak_mb", "allocator_runs", "allocator_peaks", "allocator_peak_mb", "memory_error"),
@@ -848,6 +930,9 @@ def median_runs(passes: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, An
 DECIMALS = {
     "simulated_s": 6,
     "unfed_simulated_s": 6,
+    "calibrated_link_simulated_s": 6,
+    "link_copy_b_us": 1,
+    "calibrated_link_error": 6,
     "median_s": 6,
     "median_error": 6,
     "profile_drift": 6,
@@ -910,21 +995,24 @@ def save_inputs(
     document = {
         "devices": list(devices),
         "assignments": {row["placement"]: row["assignment"] for row in rows},
+        "link_copy_b": rows[0].get("link_copy_b"),
     }
     atomic_write_bytes(assignments, gzip.compress(json.dumps(document, sort_keys=True).encode(), mtime=0))
 
 
 def load_inputs(
     directory: str | os.PathLike[str], model: str, kind: str, run: int
-) -> tuple[Any, list[str], dict[str, dict[str, str]]]:
-    """The side-by-side profile, the devices and the assignments by placement that
-    :func:`save_inputs` wrote for one pass of ``model`` on ``kind`` devices."""
+) -> tuple[Any, list[str], dict[str, dict[str, str]], float | None]:
+    """The side-by-side profile, the devices, the assignments by placement and the link's
+    side-by-side ``copy_b`` (``None`` where the pass probed none: virtual CPUs, or a pass
+    before session 26) that :func:`save_inputs` wrote for one pass of ``model`` on ``kind``
+    devices."""
     from tfplace.core.costgraph import load_json
 
     costs, assignments = inputs_paths(directory, model, kind, run)
     with gzip.open(assignments, "rt", encoding="utf-8") as handle:
         document = json.load(handle)
-    return load_json(costs), document["devices"], document["assignments"]
+    return load_json(costs), document["devices"], document["assignments"], document.get("link_copy_b")
 
 
 def main(argv: Sequence[str]) -> None:

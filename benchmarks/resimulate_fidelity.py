@@ -44,6 +44,12 @@ flags.DEFINE_list(
     "Changes to the device model: kind.field=value (a number of a CPU process model) or "
     "kind.link.field=value (of its link), e.g. virtual.op_overhead=0,loopback.link.copy_b=9e-5.",
 )
+flags.DEFINE_bool(
+    "side_by_side_link",
+    True,
+    "Simulate each pass with the link's copy_b it probed beside its runs, where it saved one "
+    "(fidelity.py --link_probe_steps); false: the device model's own, --set included.",
+)
 FLAGS.set_default("calibration", "")
 FLAGS["calibration"].help = "The CPU device model to start from ('': the one the passes ran under)."
 
@@ -86,22 +92,29 @@ def changed(calibration: CpuCalibration, settings: Sequence[str]) -> CpuCalibrat
 
 
 def resimulated(
-    rows: Sequence[Mapping[str, str]], inputs: str | os.PathLike[str], calibration: CpuCalibration
+    rows: Sequence[Mapping[str, str]],
+    inputs: str | os.PathLike[str],
+    calibration: CpuCalibration,
+    side_by_side_link: bool = True,
 ) -> list[dict[str, Any]]:
     """Each pass's row of ``rows`` (as ``fidelity.py --runs_output`` writes them) simulated again
     from its saved ``inputs`` on ``calibration``, as the pass simulated it
-    (:func:`benchmarks.fidelity.calibrated_costs`, :func:`benchmarks.fidelity.simulated`): with the
-    step the pass simulated (``recorded_s``), the new one (``simulated_s``) and its ``error``
-    against the measured step."""
+    (:func:`benchmarks.fidelity.calibrated_costs`, :func:`benchmarks.fidelity.simulated`; with
+    the link's ``copy_b`` the pass probed side by side, where it saved one and
+    ``side_by_side_link``): with the step the pass simulated (``recorded_s``), the new one
+    (``simulated_s``) and its ``error`` against the measured step."""
     loaded: dict[tuple[str, str, int], Any] = {}
     result = []
     for row in rows:
         key = (row["model"], row["kind"], int(row["run"]))
         if key not in loaded:
-            profile, names, assignments = fidelity.load_inputs(inputs, *key)
-            devices = calibration.device_set(names, 1 << 40)
+            profile, names, assignments, copy_b = fidelity.load_inputs(inputs, *key)
+            probed = calibration
+            if copy_b is not None and side_by_side_link:
+                probed = fidelity.with_copy_b(calibration, row["kind"], copy_b)
+            devices = probed.device_set(names, 1 << 40)
             loaded[key] = (
-                fidelity.calibrated_costs(calibration, row["kind"], profile, devices),
+                fidelity.calibrated_costs(probed, row["kind"], profile, devices),
                 devices,
                 assignments,
             )
@@ -150,7 +163,7 @@ def main(argv: Sequence[str]) -> None:
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     with open(FLAGS.runs_csv, newline="") as handle:
-        rows = resimulated(list(csv.DictReader(handle)), FLAGS.inputs, calibration)
+        rows = resimulated(list(csv.DictReader(handle)), FLAGS.inputs, calibration, FLAGS.side_by_side_link)
     print(f"CPU device model {start}" + (f" with {', '.join(FLAGS.set)}" if FLAGS.set else ""))
     print("model,kind,placement,run,measured_s,simulated_s as run,simulated_s,error")
     for row in rows:

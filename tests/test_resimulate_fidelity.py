@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fidelity import calibrated_costs, load_inputs, save_inputs, simulated
+from benchmarks.fidelity import calibrated_costs, load_inputs, save_inputs, simulated, with_copy_b
 from benchmarks.resimulate_fidelity import by_pass, changed, resimulated, summary
 from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.core.synthetic import layered_training_graph
@@ -28,9 +28,12 @@ CALIBRATION = CpuCalibration(
 )
 
 
-def saved_pass(directory: Path, run: int = 1) -> tuple[dict[str, dict[str, str]], dict[str, float]]:
-    """One pass of a synthetic model on two virtual CPUs saved as fidelity.py saves it: its
-    assignments and the step each was simulated at."""
+def saved_pass(
+    directory: Path, run: int = 1, copy_b: float | None = None
+) -> tuple[dict[str, dict[str, str]], dict[str, float]]:
+    """One pass of a synthetic model on two virtual CPUs saved as fidelity.py saves it (with the
+    link's ``copy_b`` probed side by side, if given): its assignments and the step each was
+    simulated at."""
     profile = layered_training_graph(60, seed=run)
     ops = list(profile)
     assignments = {
@@ -38,12 +41,20 @@ def saved_pass(directory: Path, run: int = 1) -> tuple[dict[str, dict[str, str]]
         "split": {op: CPUS[index * 2 // len(ops)] for index, op in enumerate(ops)},
     }
     rows = [
-        {"model": "toy", "kind": "virtual", "placement": placer, "profile": profile, "assignment": assignment}
+        {
+            "model": "toy",
+            "kind": "virtual",
+            "placement": placer,
+            "profile": profile,
+            "assignment": assignment,
+            "link_copy_b": copy_b,
+        }
         for placer, assignment in assignments.items()
     ]
     save_inputs(directory, run, CPUS, rows)
-    devices = CALIBRATION.device_set(CPUS, 1 << 40)
-    costs = calibrated_costs(CALIBRATION, "virtual", profile, devices)
+    probed = CALIBRATION if copy_b is None else with_copy_b(CALIBRATION, "virtual", copy_b)
+    devices = probed.device_set(CPUS, 1 << 40)
+    costs = calibrated_costs(probed, "virtual", profile, devices)
     steps = {
         placer: simulated(costs, assignment, devices).makespan for placer, assignment in assignments.items()
     }
@@ -68,9 +79,9 @@ def runs_rows(steps: dict[str, float], run: int = 1, measured_over: float = 1.1)
 def test_saved_inputs_read_back_as_the_profile_devices_and_assignments_written(tmp_path: Path) -> None:
     assignments, _ = saved_pass(tmp_path)
 
-    profile, devices, loaded = load_inputs(tmp_path, "toy", "virtual", 1)
+    profile, devices, loaded, copy_b = load_inputs(tmp_path, "toy", "virtual", 1)
 
-    assert devices == CPUS and loaded == assignments
+    assert devices == CPUS and loaded == assignments and copy_b is None
     assert sorted(profile) == sorted(layered_training_graph(60, seed=1))
 
 
@@ -83,6 +94,27 @@ def test_resimulating_a_pass_on_the_model_it_ran_under_gives_back_its_simulated_
         [row["recorded_s"] for row in rows], rel=1e-12
     )
     assert [row["error"] for row in rows] == pytest.approx([1 / 1.1 - 1] * 2)
+
+
+def test_a_pass_with_a_side_by_side_link_is_simulated_again_with_it_unless_told_not_to(
+    tmp_path: Path,
+) -> None:
+    _, steps = saved_pass(tmp_path, copy_b=4e-6)
+    assert load_inputs(tmp_path, "toy", "virtual", 1)[3] == 4e-6
+
+    again = resimulated(runs_rows(steps), tmp_path, CALIBRATION)
+    calibrated = resimulated(runs_rows(steps), tmp_path, CALIBRATION, side_by_side_link=False)
+
+    assert [row["simulated_s"] for row in again] == pytest.approx([row["recorded_s"] for row in again])
+    single, split = calibrated
+    assert single["simulated_s"] == pytest.approx(single["recorded_s"])  # no transfer, no copy
+    assert split["simulated_s"] != pytest.approx(split["recorded_s"])
+
+
+def test_a_side_by_side_copy_b_is_at_most_the_links_whole_cost_of_a_transfer() -> None:
+    link = with_copy_b(CALIBRATION, "virtual", 1.0).process("virtual").link
+    assert link.copy_b == link.b == 5e-6
+    assert with_copy_b(CALIBRATION, "virtual", 1e-6).process("virtual").link.copy_b == 1e-6
 
 
 def test_a_what_if_changes_the_simulated_steps_and_only_the_kind_it_names(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_FITS",
     "DEFAULT_LINK_FITS",
     "DEFAULT_SIZES",
+    "RELAYED_BYTES",
     "STEADY_STATE_STEPS",
     "ChainShape",
     "OverheadFit",
@@ -67,6 +68,7 @@ __all__ = [
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
+    "relay_probe",
     "slope_per_count",
     "time_concurrent_transfers",
     "time_step_overheads",
@@ -86,6 +88,9 @@ HANDOFF_COUNTS: tuple[int, ...] = (16, 64, 128)
 
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
+
+RELAYED_BYTES = _CONCURRENT_BYTES
+"""Size of the tensor :func:`relay_probe` relays."""
 
 
 class ChainShape(NamedTuple):
@@ -203,7 +208,7 @@ def _relay_steps(src_device: str, dst_device: str, hops: int) -> Callable[[Any],
 
     def build(anchor: Any) -> list[tuple[Any, Any]]:
         with tf.device(src_device):
-            base = tf.compat.v1.Variable(tf.zeros([_CONCURRENT_BYTES // 4]), name=f"relay_{hops}")
+            base = tf.compat.v1.Variable(tf.zeros([RELAYED_BYTES // 4]), name=f"relay_{hops}")
             same = crossing = base.read_value()
         for hop in range(hops):
             with tf.device(src_device):
@@ -261,13 +266,18 @@ def time_concurrent_transfers(
 
 @contextlib.contextmanager
 def _calibration_session(
-    dst_device: str, build: Callable[[Any], list[tuple[Any, Any]]], target: str, config: Any
+    dst_device: str,
+    build: Callable[[Any], list[tuple[Any, Any]]],
+    target: str,
+    config: Any,
+    reset: bool = True,
 ) -> Iterator[tuple[Any, list[tuple[Any, Any]]]]:
     """A session and the ``(same, crossing)`` pairs of fetches ``build(anchor)`` makes.
 
     ``anchor`` is a scalar computed on ``dst_device`` that the ``same`` fetches include, so that
     both steps run on both devices. The variables live in a container of their own, reset on a
-    remote target afterwards.
+    remote target afterwards if ``reset`` (a reset closes every session of the target's master,
+    so a session among others' leaves its few bytes to the servers' end).
     """
     import tensorflow as tf
 
@@ -278,12 +288,12 @@ def _calibration_session(
             anchor = tf.compat.v1.Variable(tf.zeros([1]), name="anchor").read_value()[0]
         steps = build(anchor)
         initializer = tf.compat.v1.global_variables_initializer()
-    try:
-        with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+    try:  # closed, not left as the default session: others may open and close around it
+        with contextlib.closing(tf.compat.v1.Session(target, graph=graph, config=config)) as session:
             session.run(initializer)
             yield session, steps
     finally:
-        if target:  # a remote server keeps the variables until their container is reset
+        if target and reset:  # a remote server keeps the variables until their container is reset
             tf.compat.v1.Session.reset(target, [container])
 
 
@@ -472,36 +482,58 @@ def calibrate_copy_cpu(
             f"got {repeats}, {size}, {count}"
         )
     sides = len(processes) * repeats
-    large = _cpu_difference(
-        dst_device, _payload_steps(src_device, dst_device, [size]), processes, target, config, repeats
-    )
-    small = _cpu_difference(
-        dst_device, _relay_steps(src_device, dst_device, count), processes, target, config, repeats
-    )
-    per_small = small / (sides * count)  # copy_b + copy_k * 1 KiB
+    with _calibration_session(dst_device, _payload_steps(src_device, dst_device, [size]), target, config) as (
+        session,
+        [pair],
+    ):
+        large = _cpu_difference(session, pair, processes, repeats)
+    with relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe:
+        per_small = probe(repeats)  # copy_b + copy_k * 1 KiB
     copy_k = max((large / sides - per_small) / (size - _CONCURRENT_BYTES), 0.0)
     return copy_k, max(per_small - copy_k * _CONCURRENT_BYTES, 0.0)
 
 
-def _cpu_difference(
+@contextlib.contextmanager
+def relay_probe(
+    src_device: str,
     dst_device: str,
-    build: Callable[[Any], list[tuple[Any, Any]]],
     processes: Sequence[int],
-    target: str,
-    config: Any,
-    repeats: int,
-) -> float:
-    """CPU seconds ``processes`` spend over ``repeats`` ``crossing`` steps beyond as many ``same``
-    steps (the one pair ``build`` makes, see :func:`_calibration_session`)."""
-    with _calibration_session(dst_device, build, target, config) as (session, steps):
-        [(same, crossing)] = steps
-        session.run([same, crossing])
-        spent = []
-        for fetch in (same, crossing):
-            before = sum(process_cpu_seconds(pid) for pid in processes)
-            for _ in range(repeats):
-                session.run(fetch)
-            spent.append(sum(process_cpu_seconds(pid) for pid in processes) - before)
+    *,
+    target: str = "",
+    config: Any = None,
+    hops: int = 200,
+    reset: bool = True,
+) -> Iterator[Callable[[int], float]]:
+    """A session relaying a tensor of 1 KiB ``hops`` times between ``src_device`` and
+    ``dst_device``, and ``probe(repeats)``: the CPU seconds ``processes`` (the two devices' process
+    ids) each spend per transfer sent alone, from ``repeats`` relaying steps against as many
+    steps doing the same adds on ``src_device`` (the per-tensor ``copy_b`` of
+    :func:`calibrate_copy_cpu`, plus ``copy_k`` for the 1 KiB). Beside other sessions of a
+    remote ``target``, give ``reset=False``: resetting the relay's variables would close them
+    (:func:`_calibration_session`). Probed again and again while other
+    steps run, it follows the machine's speed: on session 26's Intel VM one session's probes of
+    15 steps read 88-155 us, the relay's wall-clock time per hop moving with them."""
+    build = _relay_steps(src_device, dst_device, hops)
+    with _calibration_session(dst_device, build, target, config, reset) as (session, [pair]):
+        session.run(list(pair))
+
+        def probe(repeats: int) -> float:
+            if repeats < 1:
+                raise ValueError(f"repeats must be at least 1, got {repeats}")
+            return _cpu_difference(session, pair, processes, repeats) / (len(processes) * repeats * hops)
+
+        yield probe
+
+
+def _cpu_difference(session: Any, pair: tuple[Any, Any], processes: Sequence[int], repeats: int) -> float:
+    """CPU seconds ``processes`` spend over ``repeats`` steps of ``pair``'s ``crossing`` fetch
+    beyond as many of its ``same`` one (a pair of :func:`_calibration_session`), at least 0."""
+    spent = []
+    for fetch in pair:
+        before = sum(process_cpu_seconds(pid) for pid in processes)
+        for _ in range(repeats):
+            session.run(fetch)
+        spent.append(sum(process_cpu_seconds(pid) for pid in processes) - before)
     return max(spent[1] - spent[0], 0.0)
 
 
