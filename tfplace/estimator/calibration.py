@@ -102,9 +102,18 @@ class ChainShape(NamedTuple):
     rows: int = 4
 
 
-DEFAULT_CHAINS: tuple[ChainShape, ...] = (ChainShape(150), ChainShape(600), ChainShape(1200))
-"""The steps :func:`calibrate_op_overhead` times: narrow chains of three lengths (a few KB
-allocated per step).
+DEFAULT_CHAINS: tuple[ChainShape, ...] = (
+    ChainShape(150),
+    ChainShape(600),
+    ChainShape(1200),
+    ChainShape(2400),
+)
+"""The steps :func:`calibrate_op_overhead` times: narrow chains of four lengths (a few KB
+allocated per step), up to the op counts of the graphs the model is applied to (the small
+models' 635-4,277 ops; the longest chain records 3,539). A real step's cost per op beyond its
+traced kernels grows with the graph: on session 26's VM chains of 1,779 and 3,539 records paid
++0.044..+0.067 us per op where the fit over chains of up to 1,779 gave -0.020, and the small
+NMT (3,873 ops) came out 13% under its real step on virtual CPUs with that fit.
 
 Chains of wide layers (2.7 to 10.9 MB allocated per step) ran their untraced steps slower than
 their traced kernels by up to 1 ms, and from session 23 to 25 a per-byte overhead fitted on them
