@@ -816,7 +816,7 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
         "profile_traced_s": sum(compute_times.values()),
         "profile_untraced_s": step_statistic(profile.untraced) if profile.untraced else math.nan,
     }
-    copy_b = link.copy_b() if link is not None else None
+    copy_b = link.copy_b() if link is not None and link.samples else None  # none with --profile_steps=0
     probed = calibration if copy_b is None else with_copy_b(calibration, kind, copy_b)
     probed_devices = probed.device_set(names, 1 << 40)
     simulated_on = calibrated_costs(probed, kind, side_by_side, probed_devices)
