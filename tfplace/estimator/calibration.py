@@ -111,9 +111,11 @@ DEFAULT_CHAINS: tuple[ChainShape, ...] = (
 """The steps :func:`calibrate_op_overhead` times: narrow chains of four lengths (a few KB
 allocated per step), up to the op counts of the graphs the model is applied to (the small
 models' 635-4,277 ops; the longest chain records 3,539). A real step's cost per op beyond its
-traced kernels grows with the graph: on session 26's VM chains of 1,779 and 3,539 records paid
-+0.044..+0.067 us per op where the fit over chains of up to 1,779 gave -0.020, and the small
-NMT (3,873 ops) came out 13% under its real step on virtual CPUs with that fit.
+traced kernels may grow with the graph: on session 26's VM two exploratory timings of chains of
+1,779 and 3,539 records paid +0.044..+0.067 us per op where the fit over chains of up to 1,779
+had given -0.020, and the small NMT (3,873 ops) came out 13% under its real step on virtual CPUs
+with that fit; the five fits of the calibration with this chain then gave -0.089 (-0.153 ..
++0.029), so the chain spans the models' sizes without settling how the cost grows.
 
 Chains of wide layers (2.7 to 10.9 MB allocated per step) ran their untraced steps slower than
 their traced kernels by up to 1 ms, and from session 23 to 25 a per-byte overhead fitted on them
@@ -473,7 +475,7 @@ def calibrate_copy_cpu(
     ``count`` times between the devices, one transfer after another, each against as many steps
     doing the same work without sending, and solves ``cpu = copy_b * tensors + copy_k * bytes``
     per process. A split step's transfers mostly go one at a time, as its ops make them, and one
-    sent alone costs more: on session 26's Intel VM 105-112 us each side, where 200 tensors sent
+    sent alone costs more: on session 26's Intel VM 96-166 us each side, where 200 tensors sent
     at once cost 55 us each (the ``copy_b`` calibrations before it measured), and the loopback
     splits' real steps took 240 us of CPU per transfer beyond one worker's. CPU time, unlike
     wall-clock time, hardly changes when other processes share the machine. Linux only
@@ -498,8 +500,8 @@ def calibrate_copy_cpu(
         large = _cpu_difference(session, pair, processes, repeats)
     with relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe:
         per_small = probe(repeats)  # copy_b + copy_k * 1 KiB
-    copy_k = max((large / sides - per_small) / (size - _CONCURRENT_BYTES), 0.0)
-    return copy_k, max(per_small - copy_k * _CONCURRENT_BYTES, 0.0)
+    copy_k = max((large / sides - per_small) / (size - RELAYED_BYTES), 0.0)
+    return copy_k, max(per_small - copy_k * RELAYED_BYTES, 0.0)
 
 
 @contextlib.contextmanager
