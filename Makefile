@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python -m experiments.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not tensorflow"

@@ -49,6 +49,32 @@ def python_program(monkeypatch):
     logging.set_verbosity(before)
 
 
+@pytest.fixture(autouse=True)
+def profiling_is_marked(request, monkeypatch):
+    """A test that profiles a graph in this process carries the ``profiles`` marker, and fails
+    without it: CI's second run of the suite, under ``TFPLACE_PERTURB_PROFILES``, runs only the
+    tests marked so (``.ci/run``), since a profile's perturbation changes nothing else. (A test that
+    profiles in a subprocess it starts is marked by hand.)"""
+    if request.node.get_closest_marker("profiles") is not None:
+        yield
+        return
+    from tfplace.estimator import profiler
+
+    calls = []
+    seed = profiler.perturbation_seed
+
+    def recorded_seed():
+        calls.append(request.node.nodeid)
+        return seed()
+
+    monkeypatch.setattr(profiler, "perturbation_seed", recorded_seed)
+    yield
+    if calls:
+        pytest.fail(
+            "this test profiles a graph: mark it @pytest.mark.profiles so the perturbed CI run covers it"
+        )
+
+
 @pytest.fixture
 def unperturbed(monkeypatch):
     """Profiles exactly as traced, also when the suite runs under ``TFPLACE_PERTURB_PROFILES``: for

@@ -8,7 +8,7 @@ from tfplace.api import as_device_set, place_remaining_ops
 from tfplace.core.costgraph import CostGraph
 from tfplace.core.devices import DeviceError, DeviceName, DeviceSet
 
-pytestmark = pytest.mark.tensorflow
+pytestmark = [pytest.mark.tensorflow, pytest.mark.profiles]
 
 
 @pytest.mark.parametrize("name", ["cnn", "lstm_v1", "lstm_v2", "colocation"])

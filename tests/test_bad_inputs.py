@@ -391,6 +391,7 @@ def test_feeds_that_do_not_match_the_placeholders_are_refused_before_tensorflow_
         )
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_measures_again(
     tmp_path, monkeypatch
@@ -418,6 +419,7 @@ def test_profiling_interrupted_mid_step_leaves_no_cache_file_and_the_next_run_me
     assert [p.name for p in tmp_path.iterdir()] == [f"profile-{again.key}.json"]
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_negative_measured_times_are_raised_to_the_floor_like_zero_ones(monkeypatch, unperturbed):
     from tfplace.estimator import profiler
@@ -453,6 +455,7 @@ def graph_with_cpu_only_ops():
     return graph, [train, summary, histogram, text]
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_ops_without_a_gpu_kernel_stay_on_the_cpu_when_placing_on_four_gpus(tmp_path):
     from tfplace import place
@@ -517,6 +520,7 @@ def one_shot_iterator_graph(iterator_batch: int):
     return graph, train
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_an_iterator_that_ignores_the_batch_asked_for_is_refused_naming_the_batch_it_ran(tmp_path):
     from tfplace import place
@@ -532,6 +536,7 @@ def test_an_iterator_that_ignores_the_batch_asked_for_is_refused_naming_the_batc
     assert not list(tmp_path.iterdir())  # nothing cached
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_an_iterator_profiled_at_its_own_batch_is_accepted(tmp_path):
     from tfplace.estimator.profiler import profile_graph

@@ -27,6 +27,7 @@ def feeds(batch_size):
     return {"x": np.ones((batch_size, 4), np.float32)}
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_a_second_profiling_run_reads_the_cache_without_running_tensorflow(tmp_path, monkeypatch):
     graph, loss = small_graph()
@@ -46,6 +47,7 @@ def test_a_second_profiling_run_reads_the_cache_without_running_tensorflow(tmp_p
     assert second.key == first.key
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_a_changed_graph_misses_the_cache_and_is_profiled_again(tmp_path):
     graph, loss = small_graph(units=3)
@@ -58,6 +60,7 @@ def test_a_changed_graph_misses_the_cache_and_is_profiled_again(tmp_path):
     assert len(list(tmp_path.iterdir())) == 2
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_ops_the_step_does_not_run_do_not_change_the_key(tmp_path):
     import tensorflow as tf
@@ -69,6 +72,7 @@ def test_ops_the_step_does_not_run_do_not_change_the_key(tmp_path):
     assert profile_graph(graph, loss, feeds, cache_dir=tmp_path, **FAST).key == first.key
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_other_batch_sizes_step_counts_or_statistics_miss_the_cache(tmp_path):
     graph, loss = small_graph()
@@ -143,6 +147,7 @@ def test_the_key_changes_with_any_setting():
     assert base != profile_key(_FakeGraphDef(b"other"), {"batch_sizes": [1, 2], "traced_steps": 5})
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_an_empty_cache_dir_means_no_cache_in_python_as_on_the_command_line(tmp_path, monkeypatch):
     from tfplace.api import estimate_costs
@@ -156,6 +161,7 @@ def test_an_empty_cache_dir_means_no_cache_in_python_as_on_the_command_line(tmp_
     assert list(tmp_path.iterdir()) == []  # nothing written into the working directory
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_a_cached_profile_says_how_long_reading_it_took_and_that_measuring_took_longer_then(
     tmp_path, capsys, python_program

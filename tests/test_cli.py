@@ -141,6 +141,7 @@ def memory_share(cost_graph_path, share):
     return f"--memory={int(graph_memory(graph) * share)}B"
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_profile_writes_the_cost_graph_of_the_step_and_logs_progress_per_traced_step(
     tmp_path, capsys, caplog
@@ -210,6 +211,7 @@ def test_place_writes_a_graph_whose_ops_carry_the_placement_devices(cnn_costs, t
     assert {node.name: node.device for node in written.node} == placement.assignment
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_place_profiles_a_saved_graph_itself_and_draws_the_simulated_step(tmp_path, capsys):
     status = tfplace_command(
@@ -434,6 +436,7 @@ def test_run_runs_a_split_plan_by_rewriting_the_graph_into_pieces(tmp_path, caps
     assert "every op ran on the device the placement gave it" in out
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_place_with_a_split_placer_writes_the_graph_in_pieces_and_run_trains_it_as_unsplit(tmp_path, capsys):
     from helpers import feed_function

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
+pytestmark = [pytest.mark.tensorflow, pytest.mark.slow, pytest.mark.profiles]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -94,6 +94,7 @@ def _examples_with_output(page: Path) -> list[tuple[Block, list[Block]]]:
 PAGES_WITH_PYTHON = sorted(page.name for page in DOCS.glob("*.md") if "```python" in page.read_text())
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES_WITH_PYTHON if p != "quickstart.md"])
@@ -104,6 +105,7 @@ def test_the_python_examples_of_a_page_run_verbatim_and_print_what_it_says(page,
             assert_prints(block.text, out)
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 @pytest.mark.slow
 def test_the_quickstart_runs_verbatim_python_then_commands_and_prints_what_it_says(tmp_path):

@@ -25,6 +25,7 @@ def test_lines_are_written_back_also_when_the_call_fails(capfd):
     assert capfd.readouterr().err == "E0000 kernel.cc:1] what went wrong\n"
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_profiling_with_traced_steps_prints_none_of_the_runtime_lines_of_a_traced_step(tmp_path):
     script = """

@@ -13,7 +13,7 @@ import pytest
 from helpers import SMALL_MODELS, variable_values
 from tfplace.core.costgraph import graph_memory
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
+pytestmark = [pytest.mark.tensorflow, pytest.mark.slow, pytest.mark.profiles]
 
 STEPS = 20
 DEVICES = 4

@@ -12,7 +12,7 @@ from tfplace.estimator.profiler import TIME_FLOOR, RepeatPolicy, profile_graph
 from tfplace.estimator.thread_accounting import ThreadTimes
 from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 
-pytestmark = pytest.mark.tensorflow
+pytestmark = [pytest.mark.tensorflow, pytest.mark.profiles]
 
 FAST = {"batch_sizes": (1, 2), "warmup_steps": 1, "traced_steps": 3}
 

@@ -57,6 +57,7 @@ def test_the_worker_session_runs_the_graph_in_another_process_under_the_bfc_allo
     assert not tasks.exists()  # the worker is gone with the block
 
 
+@pytest.mark.profiles
 @pytest.mark.tensorflow
 def test_a_worker_profile_counts_fed_placeholders_as_the_fed_arrays_not_as_estimates():
     graph, train = _dense_step()

@@ -10,7 +10,7 @@ from tfplace.core.device_model import least_cost_estimate
 from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.estimator.profiler import OpCost
 
-pytestmark = pytest.mark.tensorflow
+pytestmark = [pytest.mark.tensorflow, pytest.mark.profiles]
 
 
 def traced_step(records):

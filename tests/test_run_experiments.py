@@ -9,7 +9,7 @@ import pytest
 
 from tfplace.core.costgraph import load_json
 
-pytestmark = pytest.mark.tensorflow
+pytestmark = [pytest.mark.tensorflow, pytest.mark.profiles]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
