@@ -9,7 +9,15 @@ import pytest
 from tfplace.estimator.cache import ProfileCache, graph_fingerprint, profile_key
 from tfplace.estimator.profiler import RepeatPolicy, profile_graph
 
-FAST = {"batch_sizes": (1, 2), "warmup_steps": 0, "traced_steps": 1}
+FAST = {
+    "batch_sizes": (1, 2),
+    "warmup_steps": 0,
+    "traced_steps": 1,
+    "repeats": RepeatPolicy(sessions=1),
+    "process": "this",
+}
+"""The least profiling that exercises the cache: one session, in this process (a worker's start
+takes seconds), of one traced step per batch size."""
 
 
 def small_graph(units=3):
@@ -79,8 +87,8 @@ def test_other_batch_sizes_step_counts_or_statistics_miss_the_cache(tmp_path):
     first = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **FAST)
     other_batches = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **{**FAST, "batch_sizes": (1, 3)})
     other_steps = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **{**FAST, "traced_steps": 2})
-    median = RepeatPolicy(statistic="median")
-    other_statistic = profile_graph(graph, loss, feeds, cache_dir=tmp_path, repeats=median, **FAST)
+    median = RepeatPolicy(statistic="median", sessions=1)
+    other_statistic = profile_graph(graph, loss, feeds, cache_dir=tmp_path, **{**FAST, "repeats": median})
     assert len({first.key, other_batches.key, other_steps.key, other_statistic.key}) == 4
     assert not other_batches.from_cache and not other_steps.from_cache and not other_statistic.from_cache
 

@@ -19,6 +19,7 @@ def test_the_demo_places_inception_runs_it_where_placed_and_matches_one_device(t
             "experiments.demo",
             "--steps=2",
             "--batch_size=8",
+            "--profile_batch_sizes=1,2",  # a line through two batches: the demo's third takes 20 s
             f"--cache_dir={tmp_path}",
             "--compare=celeritas",
         ],

@@ -15,6 +15,9 @@ from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces
 pytestmark = [pytest.mark.tensorflow, pytest.mark.profiles]
 
 FAST = {"batch_sizes": (1, 2), "warmup_steps": 1, "traced_steps": 3}
+IN_PROCESS = {**FAST, "repeats": RepeatPolicy(sessions=1), "process": "this"}
+"""``FAST`` in one session in this process, for tests whose traces are fixed (:func:`fixed_traces`):
+a worker's start takes seconds and would measure nothing they look at."""
 
 
 def dense_graph():
@@ -242,7 +245,7 @@ def test_zero_measured_times_are_raised_to_the_floor(monkeypatch, unperturbed, q
 
     monkeypatch.setattr(profiler, "collect_op_traces", zero_time)
     graph, train = dense_graph()
-    result = profile_graph(graph, train, dense_feeds, **FAST)
+    result = profile_graph(graph, train, dense_feeds, **IN_PROCESS)
     assert {cost.compute_time for cost in result.costs[1].values()} == {TIME_FLOOR}
 
 
@@ -348,10 +351,10 @@ def test_the_cpu_allocator_and_onednn_settings_are_part_of_a_profiles_key(monkey
     for name in profiler.CPU_RUNTIME_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     graph, train = dense_graph()
-    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **IN_PROCESS)
     monkeypatch.setenv(variable, "true")
-    other = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
-    again = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    other = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **IN_PROCESS)
+    again = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **IN_PROCESS)
 
     assert not other.from_cache and other.key != plain.key
     assert again.from_cache and again.key == other.key
@@ -362,9 +365,9 @@ def test_a_perturbed_profile_scales_each_ops_time_and_temporary_bytes_by_its_see
 ):
     monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
     graph, train = dense_graph()
-    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    plain = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **IN_PROCESS)
     monkeypatch.setenv(PERTURB_VARIABLE, "3")
-    perturbed = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **FAST)
+    perturbed = profile_graph(graph, train, dense_feeds, cache_dir=tmp_path, **IN_PROCESS)
 
     assert not perturbed.from_cache and perturbed.key != plain.key  # the seed is part of the key
     for batch in (1, 2):
