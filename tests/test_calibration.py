@@ -193,15 +193,18 @@ class ClockedSession:
         self.runs += 1
 
 
-def test_untraced_steps_are_timed_back_to_back_after_one_untimed_step_of_their_own_graph(monkeypatch):
+def test_untraced_steps_are_timed_back_to_back_after_untimed_steps_of_their_own_graph(monkeypatch):
     from tfplace.estimator import step_timing
 
-    session = ClockedSession([5.0, 2.0, 1.0])  # the first step follows another graph's: slow
+    # the first steps follow another graph's: slow, each less than the one before
+    session = ClockedSession([5.0, 3.0, 2.0, 1.0, 1.0])
     monkeypatch.setattr(step_timing.time, "perf_counter", session.now)
-    assert step_timing.back_to_back_seconds(session, "train", steps=2) == [2.0, 1.0]
-    assert session.runs == 3
+    assert step_timing.back_to_back_seconds(session, "train", steps=2, untimed=3) == [1.0, 1.0]
+    assert session.runs == 5
     with pytest.raises(ValueError, match="steps must be at least 1"):
         step_timing.back_to_back_seconds(session, "train", steps=0)
+    with pytest.raises(ValueError, match="untimed steps must be at least 0"):
+        step_timing.back_to_back_seconds(session, "train", untimed=-1)
 
 
 def test_the_feed_cost_fit_recovers_the_per_step_per_tensor_and_per_byte_costs():
