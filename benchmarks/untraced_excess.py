@@ -5,7 +5,8 @@
 every model. This benchmark applies the calibration's own timing,
 :func:`tfplace.estimator.calibration.time_traced_and_untraced` (the kernels traced on a profiling
 worker under the BFC allocator, the untraced step timed back to back, both by the profiler's
-statistic, all steps in turns), to the small models of ``benchmarks/fidelity.py``, to NMT variants
+statistic, all steps in turns; the figures below were taken with one untimed step before the
+timed ones, before :data:`~tfplace.estimator.step_timing.UNTIMED_STEPS`), to the small models of ``benchmarks/fidelity.py``, to NMT variants
 of other widths and to chains of several widths, and prints per op
 
     (untraced step - profiled kernels - calibrated step overhead - calibrated feed cost) / records
@@ -46,6 +47,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks.fidelity import FLAGS, MODEL_SIZES
+from tfplace.core.device_model import CpuCalibration, CpuProcessModel
 from tfplace.estimator.calibration import (
     ChainShape,
     StepBuilder,
@@ -101,19 +103,14 @@ def steps_to_time() -> dict[str, StepBuilder]:
     return steps
 
 
-def fixed_costs(where: str, build: StepBuilder) -> float:
-    """The calibrated step overhead and feed cost of one step of ``build`` (seconds)."""
-    from tfplace.core.device_model import CpuCalibration
-
-    process = CpuCalibration.load(FLAGS.calibration).process("virtual" if where == "process" else "loopback")
-    feeds = build("/device:CPU:0")[3]
+def fixed_costs(process: CpuProcessModel, feeds: Mapping[str, Any]) -> float:
+    """The calibrated step overhead and feed cost (:class:`~tfplace.core.device_model.FeedCost`)
+    of one step that feeds ``feeds`` on ``process`` (seconds)."""
+    if not feeds:
+        return process.step_overhead
     nbytes = sum(np.asarray(value).nbytes for value in feeds.values())
-    feed = (
-        process.feed.per_step + process.feed.per_tensor * len(feeds) + process.feed.per_byte * nbytes
-        if feeds
-        else 0.0
-    )
-    return process.step_overhead + feed
+    feed = process.feed
+    return process.step_overhead + feed.per_step + feed.per_tensor * len(feeds) + feed.per_byte * nbytes
 
 
 def time_where(where: str, steps: Sequence[StepBuilder]) -> list[StepTiming]:
@@ -151,8 +148,16 @@ def worker_groups(labels: Sequence[str]) -> list[list[str]]:
 def main(argv: Sequence[str]) -> None:
     del argv
     steps = steps_to_time()
+    calibration = CpuCalibration.load(FLAGS.calibration)
+    feeds = {label: build("/device:CPU:0")[3] for label, build in steps.items()}
     fixed = {
-        where: {label: fixed_costs(where, build) for label, build in steps.items()} for where in FLAGS.where
+        where: {
+            label: fixed_costs(
+                calibration.process("virtual" if where == "process" else "loopback"), feeds[label]
+            )
+            for label in steps
+        }
+        for where in FLAGS.where
     }
     excess: dict[tuple[str, str], list[float]] = {}
     print("round,where,step,records,traced ms,untraced ms,fixed us,excess per op us")
