@@ -106,11 +106,8 @@ def steps_to_time() -> dict[str, StepBuilder]:
 def fixed_costs(process: CpuProcessModel, feeds: Mapping[str, Any]) -> float:
     """The calibrated step overhead and feed cost (:class:`~tfplace.core.device_model.FeedCost`)
     of one step that feeds ``feeds`` on ``process`` (seconds)."""
-    if not feeds:
-        return process.step_overhead
-    nbytes = sum(np.asarray(value).nbytes for value in feeds.values())
-    feed = process.feed
-    return process.step_overhead + feed.per_step + feed.per_tensor * len(feeds) + feed.per_byte * nbytes
+    shares = (process.feed.share(np.asarray(value).nbytes, len(feeds)) for value in feeds.values())
+    return process.step_overhead + sum(shares)
 
 
 def time_where(where: str, steps: Sequence[StepBuilder]) -> list[StepTiming]:

@@ -297,6 +297,13 @@ def test_a_one_device_step_takes_its_feeds_cost_longer_than_the_same_step_fed_fo
     assert fed - unfed == pytest.approx(80e-6 + 2 * 30e-6 + 1600e-9)
 
 
+def test_a_fed_tensor_costs_its_own_and_its_bytes_share_and_an_equal_part_of_the_step():
+    feed = FeedCost(per_step=80e-6, per_tensor=30e-6, per_byte=1e-9)
+    assert feed.share(1000, 4) == pytest.approx(20e-6 + 30e-6 + 1e-6)
+    with pytest.raises(ValueError, match="at least one tensor"):
+        feed.share(1000, 0)
+
+
 def test_a_negative_feed_cost_is_refused_naming_the_coefficient():
     with pytest.raises(ValueError, match="per_byte must be >= 0"):
         FeedCost(per_byte=-1e-9)

@@ -276,6 +276,13 @@ class FeedCost:
                     f"a feed cost's {field.name} must be >= 0 seconds, got {getattr(self, field.name)}"
                 )
 
+    def share(self, nbytes: int, tensors: int) -> float:
+        """Seconds one fed tensor of ``nbytes`` bytes costs a step that feeds ``tensors`` tensors:
+        its own and its bytes' cost and an equal part of the per-step cost."""
+        if tensors < 1:
+            raise ValueError(f"a fed tensor's step feeds at least one tensor, got {tensors}")
+        return self.per_step / tensors + self.per_tensor + self.per_byte * nbytes
+
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
 
@@ -410,11 +417,8 @@ class CpuCalibration:
         fed = [attrs for _, attrs in converted.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         for _, attrs in converted.nodes(data=True):
             attrs["compute_time"] = max(attrs["compute_time"] + model.op_overhead, 0.0)
-        feed = model.feed
         for attrs in fed:
-            attrs["compute_time"] += (
-                feed.per_step / len(fed) + feed.per_tensor + feed.per_byte * sum(attrs["output_sizes"])
-            )
+            attrs["compute_time"] += model.feed.share(sum(attrs["output_sizes"]), len(fed))
         converted.graph["device_model"] = f"{kind} CPUs of {self.machine}"
         return converted
 
