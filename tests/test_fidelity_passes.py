@@ -1,11 +1,14 @@
 """``benchmarks/fidelity.py`` reports each row over several passes: the pass of median error, with
-the passes' spread beside it (issue 17: one pass catches one phase of this machine's speed)."""
+the passes' spread beside it (issue 17: one pass catches one phase of this machine's speed), and
+times each session's steps in blocks that start with untimed steps."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.fidelity import median_runs
+from absl.testing import flagsaver
+
+from benchmarks.fidelity import FLAGS, Series, interleaved_steps, median_runs
 
 
 def _row(model: str, error: float, memory_error: float, **extra: Any) -> dict[str, Any]:
@@ -53,3 +56,26 @@ def test_rows_keep_the_first_pass_order_and_stay_apart_per_model() -> None:
     rows = median_runs(passes)
 
     assert [(row["model"], row["error"]) for row in rows] == [("nmt", 0.01), ("transformer", 0.03)]
+
+
+class _CountingSession:
+    """A session whose steps take no time and are only counted."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, fetches: Any, feeds: Any) -> None:
+        self.runs += 1
+
+
+def test_each_block_runs_its_untimed_steps_before_timing_any() -> None:
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    session = _CountingSession()
+    series = Series(session, fetches=None, feeds={})
+    overrides = {"warmup_steps": 3, "first_traces": 0, "block_untimed_steps": 3, "block_seconds": 1e-9}
+    with flagsaver.flagsaver(steps=4, timed_seconds=0.0, max_steps=4, **overrides):
+        timed, _ = interleaved_steps([series], workers=[])
+
+    assert timed == len(series.wall) == 4  # four rounds of one timed step
+    assert session.runs == 3 + 4 * (3 + 1)  # the warm-up, then per round three untimed and one timed
