@@ -13,8 +13,9 @@ is
   two sessions at once; after a warm-up into the executor's steady state (``--warmup_steps``:
   TensorFlow runs the kernels it has found cheap inline only after about 90 steps), the sessions
   step in interleaved rounds, at least ``--timed_seconds`` each, so that a 5 ms step gets hundreds
-  of steps, each session's turn a block of steps back to back whose first step is not timed, as a
-  training job runs its steps (:func:`interleaved_steps`);
+  of steps, each session's turn a block of steps back to back whose first steps
+  (``--block_untimed_steps``) are not timed, as a training job runs its steps
+  (:func:`interleaved_steps`);
 - profiled again **side by side** with those runs: ``--profile_steps`` traced steps of the
   profiler's one-device sessions (three, one after another, as the profiler takes them), each on
   a worker process of its own (:func:`open_profile`), spread over the same rounds
@@ -525,9 +526,10 @@ def interleaved_steps(
     """Time the sessions' steps in rounds, one block of steps of each per round, the order rotating
     from round to round: a busy spell of the machine slows every session a little rather than one a
     lot, and no session always runs after the same other one. A block is a training job's steps,
-    back to back: its first ``--block_untimed_steps``, which follow another session's, run untimed (the caches hold
-    that session's graph and, on loopback, the workers' threads slept through it: the small NMT's
-    one-worker step was 4.5 ms timed after other sessions' steps and 3.4-3.7 ms back to back), then
+    back to back: its first ``--block_untimed_steps``, which follow another session's, run untimed
+    (the caches hold that session's graph and, on loopback, the workers' threads slept through it:
+    the small NMT's one-worker step was 4.5 ms timed after other sessions' steps and 3.4-3.7 ms back
+    to back), then
     its timed steps, at least ``--block_seconds`` of them. Each session gets at least ``--steps``
     and ``--timed_seconds`` of timed steps (at most ``--max_steps``); ``profile``, if given, takes
     ``--profile_steps`` traced steps spread evenly over the rounds, each after the profiler's
