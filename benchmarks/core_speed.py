@@ -1,10 +1,10 @@
 """How fast each core of this machine runs, moment by moment: the noise floor under every timing.
 
 A fixed loop of Python arithmetic (no memory traffic, no TensorFlow) is timed pinned to each core
-in turn, ``--repeats`` times per core and round, its least time kept; the rounds go on for
-``--seconds``. Each core's speed is the rounds' median time over that round's time, so 1.0 is
-the core's typical speed. The benchmark prints a line every ``--print_every`` rounds and then the
-spread of each core's speed and of the ratio between the cores at the same moment
+in turn, ``--timings_per_round`` times per core and round, its least time kept; the rounds go on
+for ``--duration_seconds``. Each core's speed is the rounds' median time over that round's time,
+so 1.0 is the core's typical speed. The benchmark prints a line every ``--print_every`` rounds and
+then the spread of each core's speed and of the ratio between the cores at the same moment
 (:func:`speed_summary`).
 
 A profile and the run it predicts are taken in different processes, which the operating
@@ -29,9 +29,10 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-flags.DEFINE_float("seconds", 60.0, "How long to go on taking rounds.")
-flags.DEFINE_integer("repeats", 3, "Timings of the loop per core and round; the least is kept.")
-flags.DEFINE_integer("loop", 200_000, "Additions of the timed loop (about 10 ms here).")
+# Flag names no other benchmark defines: the tests import several benchmarks into one process.
+flags.DEFINE_float("duration_seconds", 60.0, "How long to go on taking rounds.")
+flags.DEFINE_integer("timings_per_round", 3, "Timings of the loop per core and round; the least is kept.")
+flags.DEFINE_integer("loop_additions", 200_000, "Additions of the timed loop (about 10 ms here).")
 flags.DEFINE_integer("print_every", 1, "Print every this many rounds.")
 FLAGS = flags.FLAGS
 
@@ -76,12 +77,12 @@ def main(argv: Sequence[str]) -> None:
     offsets: list[float] = []
     start = time.perf_counter()
     try:
-        while time.perf_counter() - start < FLAGS.seconds:
+        while time.perf_counter() - start < FLAGS.duration_seconds:
             row = []
             for core in cores:
                 os.sched_setaffinity(0, {core})
-                timed_loop(FLAGS.loop)  # the first run after a move pays for the move
-                row.append(min(timed_loop(FLAGS.loop) for _ in range(FLAGS.repeats)))
+                timed_loop(FLAGS.loop_additions)  # the first run after a move pays for the move
+                row.append(min(timed_loop(FLAGS.loop_additions) for _ in range(FLAGS.timings_per_round)))
             rounds.append(row)
             offsets.append(time.perf_counter() - start)
     finally:
