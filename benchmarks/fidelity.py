@@ -27,7 +27,8 @@ is
 - simulated (:func:`tfplace.simulator.simulate`) on the side-by-side profile through the
   machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
   ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
-  overhead of a real step, the per-step overhead, the inter-op threads of each process on the
+  overhead of a real step (since session 30 the graph's own, from the side-by-side profile's
+  untraced steps: :meth:`~tfplace.core.device_model.CpuCalibration.op_overhead`), the per-step overhead, the inter-op threads of each process on the
   machine's shared cores, and the calibrated link of the device kind, on loopback workers with
   the CPU a transfer costs them probed side by side with the runs too (``link_copy_b_us``:
   :class:`SideBySideLink`; ``calibrated_link_simulated_s`` and ``calibrated_link_error`` with the
@@ -107,7 +108,9 @@ from typing import Any
 from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
+from tfplace.core.costgraph import UNTRACED_STEP
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, TracedSteps
+from tfplace.estimator.profiling_process import PROFILED_KIND
 from tfplace.estimator.step_timing import step_statistic
 from tfplace.estimator.thread_accounting import OWN_TASKS
 
@@ -647,7 +650,6 @@ class SideBySideProfile:
     sessions: int = 1
     total_steps: int = 1
     steps: TracedSteps = dataclasses.field(default_factory=TracedSteps)
-    untraced: list[float] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
         """One traced step after ``untraced_before`` untraced ones (by default the profiler's
@@ -665,7 +667,7 @@ class SideBySideProfile:
             start = time.perf_counter()
             self.session.run(self.fetches, self.feeds)
             if index:  # the first follows other sessions' steps; the others run back to back
-                self.untraced.append(time.perf_counter() - start)
+                self.steps.untraced.append(time.perf_counter() - start)
         threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)
@@ -821,10 +823,11 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
     compute_times = profile.compute_times()
     side_by_side, drift = with_compute_times(estimate.cost_graph, compute_times)
-    profile_steps = {
-        "profile_traced_s": sum(compute_times.values()),
-        "profile_untraced_s": step_statistic(profile.untraced) if profile.untraced else math.nan,
-    }
+    untraced = step_statistic(profile.steps.untraced) if profile.steps.untraced else math.nan
+    side_by_side.graph.pop(UNTRACED_STEP, None)  # the first profile's, beside other op times
+    if profile.steps.untraced:
+        side_by_side.graph[UNTRACED_STEP] = {"seconds": untraced, "kind": PROFILED_KIND["worker"]}
+    profile_steps = {"profile_traced_s": sum(compute_times.values()), "profile_untraced_s": untraced}
     copy_b = link.copy_b() if link is not None and link.samples else None  # none with --profile_steps=0
     probed = calibration if copy_b is None else with_copy_b(calibration, kind, copy_b)
     probed_devices = probed.device_set(names, 1 << 40)

@@ -31,7 +31,9 @@ from typing import Any
 from absl import app, flags
 
 from benchmarks import fidelity
+from tfplace.core.costgraph import UNTRACED_STEP
 from tfplace.core.device_model import CpuCalibration
+from tfplace.estimator.profiling_process import PROFILED_KIND
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("runs_csv", "results/fidelity_runs.csv", "Every pass's rows (fidelity.py --runs_output).")
@@ -43,6 +45,13 @@ flags.DEFINE_list(
     [],
     "Changes to the device model: kind.field=value (a number of a CPU process model) or "
     "kind.link.field=value (of its link), e.g. virtual.op_overhead=0,loopback.link.copy_b=9e-5.",
+)
+flags.DEFINE_bool(
+    "own_op_overhead",
+    True,
+    "Simulate each pass with the per-op overhead its side-by-side profile's own untraced step gives "
+    "(CpuCalibration.op_overhead; for a pass saved before session 30, the step its row records as "
+    "profile_untraced_s); false: the calibration's per-op overhead, as before session 30.",
 )
 flags.DEFINE_bool(
     "side_by_side_link",
@@ -96,12 +105,15 @@ def resimulated(
     inputs: str | os.PathLike[str],
     calibration: CpuCalibration,
     side_by_side_link: bool = True,
+    own_op_overhead: bool = True,
 ) -> list[dict[str, Any]]:
     """Each pass's row of ``rows`` (as ``fidelity.py --runs_output`` writes them) simulated again
     from its saved ``inputs`` on ``calibration``, as the pass simulated it
     (:func:`benchmarks.fidelity.calibrated_costs`, :func:`benchmarks.fidelity.simulated`; with
     the link's ``copy_b`` the pass probed side by side, where it saved one and
-    ``side_by_side_link``): with the step the pass simulated (``recorded_s``), the new one
+    ``side_by_side_link``; with the per-op overhead of the profile's own untraced step where
+    ``own_op_overhead``, read from the row's ``profile_untraced_s`` where the saved profile has
+    none, else the calibration's): with the step the pass simulated (``recorded_s``), the new one
     (``simulated_s``) and its ``error`` against the measured step."""
     loaded: dict[tuple[str, str, int], Any] = {}
     result = []
@@ -109,6 +121,11 @@ def resimulated(
         key = (row["model"], row["kind"], int(row["run"]))
         if key not in loaded:
             profile, names, assignments, copy_b = fidelity.load_inputs(inputs, *key)
+            untraced = float(row.get("profile_untraced_s") or math.nan)
+            if not own_op_overhead:
+                profile.graph.pop(UNTRACED_STEP, None)
+            elif UNTRACED_STEP not in profile.graph and math.isfinite(untraced):
+                profile.graph[UNTRACED_STEP] = {"seconds": untraced, "kind": PROFILED_KIND["worker"]}
             probed = calibration
             if copy_b is not None and side_by_side_link:
                 probed = fidelity.with_copy_b(calibration, row["kind"], copy_b)
@@ -163,8 +180,15 @@ def main(argv: Sequence[str]) -> None:
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     with open(FLAGS.runs_csv, newline="") as handle:
-        rows = resimulated(list(csv.DictReader(handle)), FLAGS.inputs, calibration, FLAGS.side_by_side_link)
+        rows = resimulated(
+            list(csv.DictReader(handle)),
+            FLAGS.inputs,
+            calibration,
+            FLAGS.side_by_side_link,
+            FLAGS.own_op_overhead,
+        )
     print(f"CPU device model {start}" + (f" with {', '.join(FLAGS.set)}" if FLAGS.set else ""))
+    print("per-op overhead: " + ("each profile's own" if FLAGS.own_op_overhead else "the calibration's"))
     print("model,kind,placement,run,measured_s,simulated_s as run,simulated_s,error")
     for row in rows:
         print(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import UNIT_LINK, chain_graph, graph_from_edges
-from tfplace.core.costgraph import CostGraph
+from tfplace.core.costgraph import UNTRACED_STEP, CostGraph
 from tfplace.core.device_model import (
     CALIBRATION_FORMAT,
     EXECUTOR_COST_DECAY,
@@ -295,6 +295,37 @@ def test_a_one_device_step_takes_its_feeds_cost_longer_than_the_same_step_fed_fo
     fed = simulate(CALIBRATION.step_costs(fed_graph(), "loopback"), [0] * 4, devices).makespan
     unfed = simulate(free.step_costs(fed_graph(), "loopback"), [0] * 4, devices).makespan
     assert fed - unfed == pytest.approx(80e-6 + 2 * 30e-6 + 1600e-9)
+
+
+def timed_untraced(graph, seconds, kind):
+    graph.graph[UNTRACED_STEP] = {"seconds": seconds, "kind": kind}
+    return graph
+
+
+def test_a_graph_simulated_where_its_untraced_step_was_timed_takes_that_step():
+    graph = timed_untraced(fed_graph(), 500e-6, "loopback")
+    costs = CALIBRATION.step_costs(graph, "loopback")
+    one_worker = CALIBRATION.device_set(WORKERS[:1], 2**30)
+    assert simulate(costs, [0] * 4, one_worker).makespan == pytest.approx(500e-6)
+    # 500 us less 13 us of kernels, the 300 us step and 141.6 us of feeds, over four ops
+    assert CALIBRATION.op_overhead(graph, "loopback") == pytest.approx(45.4e-6 / 4)
+    assert UNTRACED_STEP not in costs.graph  # its times are no longer the traced ones
+
+
+def test_on_another_kind_the_graphs_own_overhead_moves_by_the_calibrated_difference_of_the_kinds():
+    graph = timed_untraced(fed_graph(), 500e-6, "loopback")
+    own = CALIBRATION.op_overhead(graph, "loopback")
+    assert CALIBRATION.op_overhead(graph, "virtual") == pytest.approx(own - 0.5e-6 - 1e-6)
+
+
+def test_without_an_untraced_step_a_graph_pays_the_calibrated_per_op_overhead():
+    assert CALIBRATION.op_overhead(fed_graph(), "virtual") == -0.5e-6
+    assert CALIBRATION.op_overhead(fed_graph(), "loopback") == 1e-6
+
+
+def test_an_untraced_step_timed_on_an_unknown_kind_of_device_is_refused_naming_the_kinds():
+    with pytest.raises(ValueError, match=r"unknown CPU device kind 'gpu'.*virtual"):
+        CALIBRATION.op_overhead(timed_untraced(fed_graph(), 500e-6, "gpu"), "virtual")
 
 
 def test_a_fed_tensor_costs_its_own_and_its_bytes_share_and_an_equal_part_of_the_step():

@@ -213,6 +213,34 @@ def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(
     assert result.step_times == {1: pytest.approx(0.1), 2: pytest.approx(0.1)}
 
 
+def test_the_untraced_step_before_each_traced_one_is_timed_and_kept_per_batch_size(
+    monkeypatch, unperturbed, quiet_scheduler
+):
+    def timed_step(session, fetch, feeds):
+        session.run(fetch, feeds)
+        return 0.04
+
+    monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    monkeypatch.setattr(profiler, "timed_step", timed_step)
+    graph, train = dense_graph()
+    policy = RepeatPolicy(max_steps=3, outlier_factor=math.inf, sessions=1)
+    result = profile_graph(
+        graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=3, repeats=policy
+    )
+    assert result.untraced_step_times == {1: pytest.approx(0.04), 2: pytest.approx(0.04)}
+    assert result.process == "worker"
+    stored = profiler.ProfileSet.from_dict(result.to_dict())
+    assert (stored.untraced_step_times, stored.process) == (result.untraced_step_times, "worker")
+
+
+def test_the_untraced_step_at_a_batch_not_profiled_is_on_the_line_through_the_profiled_ones():
+    profile = profiler.ProfileSet((1, 2), {}, untraced_step_times={1: 1e-3, 2: 1.5e-3})
+    assert profile.untraced_step(2) == 1.5e-3
+    assert profile.untraced_step(8) == pytest.approx(4.5e-3)
+    assert profiler.ProfileSet((4,), {}, untraced_step_times={4: 1e-3}).untraced_step(8) is None
+    assert profiler.ProfileSet((1, 2), {}).untraced_step(2) is None
+
+
 def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(
     monkeypatch, unperturbed, quiet_scheduler
 ):

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from helpers import feed_function
-from tfplace.core.costgraph import graph_memory
+from tfplace.core.costgraph import UNTRACED_STEP, graph_memory
 from tfplace.core.device_model import least_cost_estimate
 from tfplace.core.devices import DeviceName, DeviceSet
 from tfplace.estimator.profiler import OpCost
@@ -84,6 +84,8 @@ def test_refining_on_two_devices_runs_the_target_batch_and_puts_its_costs_in_the
     assert estimate.cost_graph.nodes["conv1/Conv2D"]["persistent_bytes"] == (
         estimate.regression.predict(16)["conv1/Conv2D"].persistent_bytes
     )
+    assert UNTRACED_STEP in predicted.graph  # step 1's untraced step, timed beside its op times
+    assert UNTRACED_STEP not in estimate.cost_graph.graph  # not beside the measured ones
 
 
 def test_measured_ops_keep_the_aliased_outputs_step_one_found():

@@ -3,6 +3,7 @@ another CPU device model without running anything (``benchmarks/resimulate_fidel
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,28 @@ def test_a_pass_with_a_side_by_side_link_is_simulated_again_with_it_unless_told_
     single, split = calibrated
     assert single["simulated_s"] == pytest.approx(single["recorded_s"])  # no transfer, no copy
     assert split["simulated_s"] != pytest.approx(split["recorded_s"])
+
+
+def test_a_pass_saved_before_profiles_carried_their_untraced_step_takes_it_from_its_row_unless_told_not_to(
+    tmp_path: Path,
+) -> None:
+    _, steps = saved_pass(tmp_path)
+    profile = load_inputs(tmp_path, "toy", "virtual", 1)[0]
+    worker = CpuProcessModel(op_overhead=1e-6, step_overhead=3e-4, threads=1, link=TransferModel(0.0, 1e-4))
+    both = dataclasses.replace(CALIBRATION, processes={**CALIBRATION.processes, "loopback": worker})
+    kernels = sum(seconds for _, seconds in profile.nodes(data="compute_time"))
+    rows = runs_rows(steps)
+    for row in rows:  # the profiling worker's step paid 5 us per op beyond its kernels and its step cost
+        row["profile_untraced_s"] = str(kernels + 3e-4 + 5e-6 * len(profile))
+
+    own = resimulated(rows, tmp_path, both)
+    calibrated = resimulated(rows, tmp_path, both, own_op_overhead=False)
+
+    assert [row["simulated_s"] for row in calibrated] == pytest.approx(
+        [row["recorded_s"] for row in calibrated]
+    )
+    single = own[0]
+    assert single["simulated_s"] == pytest.approx(single["recorded_s"] + (5e-6 - 1e-6) * len(profile))
 
 
 def test_a_side_by_side_copy_b_is_at_most_the_links_whole_cost_of_a_transfer() -> None:

@@ -72,7 +72,7 @@ Edge attributes (one edge per producer-consumer pair; several tensors between a 
 
 Graph attributes (``graph.graph``)
     ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``), ``channel_block``
-    (:data:`CHANNEL_BLOCK`) and any metadata the producer of the graph wants to keep (``source``,
+    (:data:`CHANNEL_BLOCK`), ``untraced_step`` (:data:`UNTRACED_STEP`) and any metadata the producer of the graph wants to keep (``source``,
     ``fingerprint``, ...).
 
 Memory
@@ -106,6 +106,7 @@ __all__ = [
     "JSON_FORMAT",
     "JSON_VERSION",
     "READABLE_VERSIONS",
+    "UNTRACED_STEP",
     "AliasedOutput",
     "CostGraph",
     "CostGraphError",
@@ -133,6 +134,13 @@ CHANNEL_BLOCK = "channel_block"
 """Graph attribute: how many channels the profiling device's kernels compute together (a CPU's
 float32 SIMD lanes); a split's channel pieces cost whole blocks (:mod:`tfplace.split.costs`). Absent
 on graphs whose times are another device's (:func:`tfplace.core.device_model.convert_graph`)."""
+UNTRACED_STEP = "untraced_step"
+"""Graph attribute: the whole step as the profiler timed it untraced, beside its traced steps, on
+one device: ``{"seconds": float, "kind": str}``, ``kind`` the CPU device kind it ran on
+(:data:`tfplace.core.device_model.CPU_KINDS`: ``"loopback"`` for the profiler's worker process,
+``"virtual"`` for a profile in the user's process). What the step costs beyond its ops' traced
+times is read from it (:meth:`tfplace.core.device_model.CpuCalibration.op_overhead`). Absent where
+no untraced step was timed, and on graphs whose times are another device's."""
 JSON_FORMAT = "tfplace.costgraph"
 JSON_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)

@@ -91,6 +91,7 @@ from tfplace.estimator.statistics import (
     weighted_relative_error,
     without_preemption,
 )
+from tfplace.estimator.step_timing import step_statistic, timed_step
 from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
 from tfplace.tf_graph.fetches import (
     as_graph,
@@ -144,7 +145,7 @@ within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran up to 13% slower
 worker process under it (:mod:`tfplace.estimator.profiling_process`, session 19); these variables
 of the process profiled in still key the profile."""
 
-_PROFILE_FORMAT = 10
+_PROFILE_FORMAT = 11
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
@@ -157,7 +158,8 @@ preemption of the op-running thread inflated are taken out
 executor's running estimate of it gets to (:func:`~tfplace.core.device_model.least_cost_estimate`),
 not the median. 10: a CPU op's compute time is its kernels' time, without the node's handling
 around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`), and each traced step follows
-:data:`UNTRACED_BEFORE_TRACE` untraced ones."""
+:data:`UNTRACED_BEFORE_TRACE` untraced ones. 11: the untraced steps are timed too
+(:attr:`ProfileSet.untraced_step_times`) and the profile says where it ran (``process``)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,13 @@ class ProfileSet:
         those slots' sizes are shape-based estimates.
     step_times : dict of int to float
         Median wall-clock seconds of a kept traced step per batch size.
+    untraced_step_times : dict of int to float
+        Per batch size, the whole untraced step: :func:`~tfplace.estimator.step_timing.step_statistic`
+        of the untraced steps before the traced ones that ran back to back with another of their
+        batch size (all of :data:`UNTRACED_BEFORE_TRACE` but the first); what the step costs beyond
+        its ops' traced times (:meth:`untraced_step`).
+    process : {"worker", "this"}
+        Where the steps ran (:mod:`tfplace.estimator.profiling_process`).
     time_errors : dict of int to dict of str to float
         ``time_errors[batch_size][op]``: the standard error of the op's measured compute time
         measured from its repeats (:func:`~tfplace.estimator.statistics.split_half_error`); absent
@@ -243,6 +252,8 @@ class ProfileSet:
     estimated_ops: tuple[str, ...] = ()
     estimated_outputs: tuple[str, ...] = ()
     step_times: dict[int, float] = field(default_factory=dict)
+    untraced_step_times: dict[int, float] = field(default_factory=dict)
+    process: ProfilingProcess = "worker"
     time_errors: dict[int, dict[str, float]] = field(default_factory=dict)
     steps: dict[int, tuple[int, int]] = field(default_factory=dict)
     devices: dict[str, str] = field(default_factory=dict)
@@ -263,6 +274,8 @@ class ProfileSet:
             "estimated_ops": list(self.estimated_ops),
             "estimated_outputs": list(self.estimated_outputs),
             "step_times": {str(b): t for b, t in self.step_times.items()},
+            "untraced_step_times": {str(b): t for b, t in self.untraced_step_times.items()},
+            "process": self.process,
             "time_errors": {str(b): errors for b, errors in self.time_errors.items()},
             "steps": {str(b): list(counts) for b, counts in self.steps.items()},
             "devices": self.devices,
@@ -270,6 +283,18 @@ class ProfileSet:
             "key": self.key,
             "profiling_seconds": self.profiling_seconds,
         }
+
+    def untraced_step(self, batch_size: int) -> float | None:
+        """The whole untraced step at ``batch_size``: as measured at a profiled batch size, else on
+        the least-squares line through the profiled ones (a step's time grows with its batch as
+        its ops' do); ``None`` without untraced steps, or with one batch size and another asked."""
+        if batch_size in self.untraced_step_times:
+            return self.untraced_step_times[batch_size]
+        if len(self.untraced_step_times) < 2:
+            return None
+        sizes, seconds = zip(*sorted(self.untraced_step_times.items()), strict=True)
+        slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(seconds), 1)
+        return float(slope * batch_size + intercept)
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> ProfileSet:
@@ -284,6 +309,8 @@ class ProfileSet:
             estimated_ops=tuple(document["estimated_ops"]),
             estimated_outputs=tuple(document["estimated_outputs"]),
             step_times={int(b): float(t) for b, t in document["step_times"].items()},
+            untraced_step_times={int(b): float(t) for b, t in document["untraced_step_times"].items()},
+            process=document["process"],
             time_errors={
                 int(b): {op: float(e) for op, e in errors.items()}
                 for b, errors in document["time_errors"].items()
@@ -430,12 +457,14 @@ def time_statistics(
 class TracedSteps:
     """Traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
     the session (its number) that ran it, reduced per op as the profiler reduces them
-    (:meth:`statistics`)."""
+    (:meth:`statistics`); and the seconds of the untraced steps before them that followed another
+    untraced step of theirs (``untraced``)."""
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
     sessions: list[int] = field(default_factory=list)
+    untraced: list[float] = field(default_factory=list)
 
     def add(self, traces: dict[str, OpTrace], wall: float, preemptions: int, session: int) -> None:
         """Record one traced step of ``session``."""
@@ -478,6 +507,7 @@ class _BatchMeasurement:
     traces: dict[str, list[OpTrace]]
     times: dict[str, tuple[float, float]]
     step_time: float
+    untraced_step_time: float
     kept: int
     taken: int
 
@@ -493,6 +523,7 @@ def _summarize(steps: TracedSteps, policy: RepeatPolicy) -> _BatchMeasurement:
         traces=traces,
         times=steps.statistics(policy),
         step_time=statistics.median(steps.wall[i] for i in kept),
+        untraced_step_time=step_statistic(steps.untraced),
         kept=len(kept),
         taken=len(steps.wall),
     )
@@ -550,8 +581,9 @@ def _measure(
             with Progress(label, each.most_steps(fewest) * len(feeds)) as progress:
                 while not all(done.values()):
                     for b in interleaved_rounds(list(feeds), done):
-                        for _ in range(UNTRACED_BEFORE_TRACE):
-                            session.run(fetches, feed_dict=feeds[b])
+                        session.run(fetches, feed_dict=feeds[b])  # after another batch size's step
+                        for _ in range(UNTRACED_BEFORE_TRACE - 1):
+                            steps[b].untraced.append(timed_step(session, fetches, feeds[b]))
                         metadata = tf.compat.v1.RunMetadata()
                         threads = tensorflow_threads(tasks)
                         start = time.perf_counter()
@@ -720,6 +752,7 @@ def profile_graph(
     if perturbation is not None:
         profile.costs = _perturbed(profile.costs, perturbation)
     profile.fetches = fetch_names
+    profile.process = process
     profile.key = key
     profile.profiling_seconds = time.perf_counter() - started
     if cache is not None:
@@ -776,6 +809,7 @@ def _assemble(
         estimated_ops=tuple(missing),
         estimated_outputs=tuple(partial),
         step_times={b: m.step_time for b, m in measured.items()},
+        untraced_step_times={b: m.untraced_step_time for b, m in measured.items()},
         time_errors={b: {op: error for op, (_, error) in m.times.items()} for b, m in measured.items()},
         steps={b: (m.kept, m.taken) for b, m in measured.items()},
         devices={op: traces[-1].device for op, traces in largest.items()},

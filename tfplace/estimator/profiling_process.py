@@ -31,6 +31,7 @@ from tfplace.estimator.thread_accounting import OWN_TASKS
 
 __all__ = [
     "CLIENT_OP_TYPES",
+    "PROFILED_KIND",
     "PROFILING_PROCESSES",
     "WORKER_ENVIRONMENT",
     "ProfilingProcess",
@@ -43,6 +44,12 @@ ProfilingProcess = Literal["worker", "this"]
 ``"this"``: this process, as it is."""
 
 PROFILING_PROCESSES: tuple[ProfilingProcess, ...] = ("worker", "this")
+
+PROFILED_KIND: dict[ProfilingProcess, str] = {"worker": "loopback", "this": "virtual"}
+"""The CPU device kind (:data:`tfplace.core.device_model.CPU_KINDS`) a profile's steps ran as: the
+profiling worker is a loopback worker of its own, this process's CPU a virtual CPU. Its calibrated
+step and feed costs are what a profiled untraced step paid beyond its ops
+(:meth:`tfplace.core.device_model.CpuCalibration.op_overhead`)."""
 
 WORKER_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 """Set in the profiling worker's environment: TensorFlow's BFC allocator for the CPU."""
