@@ -16,9 +16,9 @@ kernels. Where the target device was measured, :meth:`DeviceModel.calibrate` fit
 efficiencies to the measurements.
 
 :class:`CpuCalibration` is the other device model: not a roofline but the CPUs of the machine the
-profile was taken on, whose real (untraced) steps differ from the profile by a per-op, a
-per-allocated-byte and a per-step overhead, run several ops at once per process and pass tensors
-over calibrated links.
+profile was taken on, whose real (untraced) steps differ from the profile by a per-op overhead (the
+graph's own, where the profiler timed its untraced step beside the traced ones) and a per-step
+overhead, run several ops at once per process and pass tensors over calibrated links.
 
 Peak numbers are vendors' dense FP32 figures for the PCIe cards (TF32 tensor cores off, as
 TensorFlow 1.x ran); efficiencies default to what cuDNN convolutions and streaming kernels
