@@ -28,8 +28,8 @@ is
   machine's CPU device model (:class:`tfplace.core.device_model.CpuCalibration`, made once by
   ``tfplace calibrate`` and read from ``--calibration``): every op's traced time plus the per-op
   overhead of a real step (since session 30 the graph's own, from the side-by-side profile's
-  untraced steps: :meth:`~tfplace.core.device_model.CpuCalibration.op_overhead`), the per-step overhead, the inter-op threads of each process on the
-  machine's shared cores, and the calibrated link of the device kind, on loopback workers with
+  untraced steps: :meth:`~tfplace.core.device_model.CpuCalibration.op_overhead`), the per-step
+  overhead, the inter-op threads of each process on the machine's shared cores, and the calibrated link of the device kind, on loopback workers with
   the CPU a transfer costs them probed side by side with the runs too (``link_copy_b_us``:
   :class:`SideBySideLink`; ``calibrated_link_simulated_s`` and ``calibrated_link_error`` with the
   calibration's). No factor is fitted to any model.

@@ -72,8 +72,8 @@ Edge attributes (one edge per producer-consumer pair; several tensors between a 
 
 Graph attributes (``graph.graph``)
     ``name``, ``batch_size``, ``transfer_model`` (``{"k": s/byte, "b": s}``), ``channel_block``
-    (:data:`CHANNEL_BLOCK`), ``untraced_step`` (:data:`UNTRACED_STEP`) and any metadata the producer of the graph wants to keep (``source``,
-    ``fingerprint``, ...).
+    (:data:`CHANNEL_BLOCK`), ``untraced_step`` (:data:`UNTRACED_STEP`) and any metadata the
+    producer of the graph wants to keep (``source``, ``fingerprint``, ...).
 
 Memory
     The static model every placer shares: a device holds the resident bytes of its ops for the

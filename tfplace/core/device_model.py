@@ -418,10 +418,10 @@ class CpuCalibration:
             (untraced - sum of compute_time - step_overhead[measured] - feeds[measured]) / ops
                 + op_overhead[kind] - op_overhead[measured]
 
-        The calibration's chains cannot stand for every graph: on the session-25 VM their fit gave
-        -0.07 us per op where the small NMT's own steps took +0.21..+0.39 and Tensor Holography's
-        +0.1..+3.3 (its many control edges), and Inception V3's -1.2..-3.2 (traced convolutions
-        running slow), ``docs/experiments.md``. Without the graph's untraced step, the
+        The calibration's chains cannot stand for every graph: on the Intel VM of sessions 25-29
+        their fit gave -0.07 us per op where the small NMT's own steps took +0.21..+0.39, Tensor
+        Holography's +0.08..+3.3 and Inception V3's -3.2..+1.7 (its traced convolutions slow in
+        some passes), ``docs/experiments.md``. Without the graph's untraced step, the
         calibration's :attr:`CpuProcessModel.op_overhead`."""
         model = self.process(kind)
         measured = graph.graph.get(UNTRACED_STEP)
