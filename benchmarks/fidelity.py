@@ -605,10 +605,14 @@ def open_link(stack, calibration, cluster) -> SideBySideLink | None:
 
 
 def with_copy_b(calibration, kind: str, copy_b: float):
-    """``calibration`` with ``kind``'s link costing its devices ``copy_b`` per transfer (at most the
-    link's ``b``, the whole of a transfer alone)."""
+    """``calibration`` with ``kind``'s link costing its devices ``copy_b`` per transfer sent alone (at
+    most the link's ``b``, the whole of a transfer alone). The part tensors sent together share
+    (``copy_b_shared``) keeps its calibrated fraction of ``copy_b``: the probe times a tensor sent
+    alone, and both move with the machine's speed."""
     model = calibration.process(kind)
-    link = dataclasses.replace(model.link, copy_b=min(copy_b, model.link.b))
+    probed = min(copy_b, model.link.b)
+    fraction = model.link.copy_b_shared / model.link.copy_b if model.link.copy_b else 0.0
+    link = dataclasses.replace(model.link, copy_b=probed, copy_b_shared=fraction * probed)
     return dataclasses.replace(
         calibration, processes={**calibration.processes, kind: dataclasses.replace(model, link=link)}
     )

@@ -94,13 +94,14 @@ def test_loopback_workers_carry_a_calibrated_transfer_and_leave_no_process_or_po
             cluster.device(0), cluster.device(1), target=cluster.target, sizes=SMALL_SIZES, repeats=2
         )
         assert_usable(model)
-        copy_k, copy_b = calibrate_copy_cpu(
-            cluster.device(0), cluster.device(1), pids, target=cluster.target, repeats=3
+        copy = calibrate_copy_cpu(
+            cluster.device(0), cluster.device(1), pids, target=cluster.target, repeats=3, rounds=2
         )
-        # gRPC costs the workers CPU (about 0.3 ns per byte and 105-112 us per tensor sent alone
-        # each, measured on an idle machine of this kind); what a busy or another machine measures
-        # only has to be usable
-        assert all(math.isfinite(c) and c >= 0 for c in (copy_k, copy_b))
+        # gRPC costs the workers CPU (about 0.3 ns per byte and 105-122 us per tensor sent alone
+        # each, 60-80 us of it shared in a burst, measured on idle machines of this kind); what a
+        # busy or another machine measures only has to be usable
+        assert all(math.isfinite(c) and c >= 0 for c in copy)
+        assert copy.copy_b_shared <= copy.copy_b
     assert not any(is_running(pid) for pid in pids)
     assert not any(accepts(port) for port in ports)
 

@@ -228,8 +228,11 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 7
-"""Version of a stored :class:`CpuCalibration`. 7 (session 26): no per-byte overhead (format 6's
+CALIBRATION_FORMAT = 8
+"""Version of a stored :class:`CpuCalibration`. 8 (session 31): a loopback link's
+``copy_b_shared``, the part of a transfer's CPU that tensors sent together share
+(:func:`tfplace.estimator.calibration.calibrate_copy_cpu`); an older file charges every transfer
+the whole ``copy_b``. 7 (session 26): no per-byte overhead (format 6's
 ``byte_overhead``, fitted on chains of wide layers, is ignored: it did not carry over to the
 models, :data:`tfplace.estimator.calibration.DEFAULT_CHAINS`), and a loopback link's ``copy_b``
 is the CPU of a transfer sent alone, about twice what format 6 measured sending 200 at once

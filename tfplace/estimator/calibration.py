@@ -41,6 +41,7 @@ from tfplace.core.transfer import TransferModel
 from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 
 __all__ = [
+    "BURST_TENSORS",
     "DEFAULT_CHAINS",
     "DEFAULT_COUNTS",
     "DEFAULT_FITS",
@@ -49,6 +50,7 @@ __all__ = [
     "RELAYED_BYTES",
     "STEADY_STATE_STEPS",
     "ChainShape",
+    "CopyCpu",
     "OverheadFit",
     "StepTiming",
     "calibrate_copy_cpu",
@@ -69,6 +71,7 @@ __all__ = [
     "profiled_run_config",
     "profiled_sum",
     "relay_probe",
+    "shared_copy_cpu",
     "slope_per_count",
     "time_concurrent_transfers",
     "time_step_overheads",
@@ -91,6 +94,21 @@ _CONCURRENT_BYTES = 1024
 
 RELAYED_BYTES = _CONCURRENT_BYTES
 """Size of the tensor :func:`relay_probe` relays."""
+
+BURST_TENSORS = 64
+"""Tensors of 1 KiB :func:`calibrate_copy_cpu` sends at once to measure what tensors sent together
+share (``copy_b_shared``). On session 31's AMD VM, against a tensor relayed alone, 4 at once shared
+-14..30 us of it per side, 16 at once 58-76 us, 64 and 128 at once 63-84 us; about nine in ten
+of the loopback splits' simulated tensors go in batches of 16 or more, so the burst is a large one."""
+
+
+class CopyCpu(NamedTuple):
+    """CPU seconds each side of a loopback transfer spends (:func:`calibrate_copy_cpu`): the link's
+    ``copy_k``, ``copy_b`` and ``copy_b_shared`` (:class:`~tfplace.core.transfer.TransferModel`)."""
+
+    copy_k: float
+    copy_b: float
+    copy_b_shared: float
 
 
 class ChainShape(NamedTuple):
@@ -464,33 +482,32 @@ def calibrate_copy_cpu(
     size: int = 2**26,
     count: int = 200,
     repeats: int = 15,
-) -> tuple[float, float]:
-    """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
+    rounds: int = 5,
+) -> CopyCpu:
+    """CPU seconds per byte and per tensor that the sending and the receiving process each spend,
+    and the part of the per-tensor CPU that tensors sent together share.
 
-    The link's ``copy_k`` and ``copy_b`` (:class:`~tfplace.core.transfer.TransferModel`) when the
-    devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
-    request's handling per tensor, serialization and copies per byte). Reads the CPU time of
-    ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
-    ``repeats`` steps that send one tensor of ``size`` bytes, then relay a tensor of 1 KiB
-    ``count`` times between the devices, one transfer after another, each against as many steps
-    doing the same work without sending, and solves ``cpu = copy_b * tensors + copy_k * bytes``
-    per process. A split step's transfers mostly go one at a time, as its ops make them, and one
-    sent alone costs more: on session 26's Intel VM 96-166 us each side, where 200 tensors sent
-    at once cost 55 us each (the ``copy_b`` calibrations before it measured), and the loopback
-    splits' real steps took 240 us of CPU per transfer beyond one worker's. CPU time, unlike
-    wall-clock time, hardly changes when other processes share the machine. Linux only
+    The link's ``copy_k``, ``copy_b`` and ``copy_b_shared``
+    (:class:`~tfplace.core.transfer.TransferModel`) when the devices' processors do the transfers'
+    work (gRPC between TensorFlow processes on CPUs: the request's handling per tensor,
+    serialization and copies per byte). Reads the CPU time of ``processes`` (the process ids
+    hosting the two devices: ``LocalCluster.pids``) around ``repeats`` steps that send one tensor of
+    ``size`` bytes; then, in ``rounds`` interleaved rounds, around ``repeats`` steps that relay a
+    tensor of 1 KiB ``count`` times between the devices, one transfer after another, and around
+    steps that send :data:`BURST_TENSORS` such tensors at once (``count * repeats`` tensors in
+    all), each against as many steps doing the same work without sending. ``copy_b`` is the median
+    round's tensor sent alone, solved from ``cpu = copy_b * tensors + copy_k * bytes`` per process
+    (a split step's transfers often go one at a time, as its ops make them, and on session 26's
+    Intel VM one cost 96-166 us each side); ``copy_b_shared`` is what the median round's burst
+    saves per tensor, solved for the simulator's batch rule (:func:`shared_copy_cpu`). CPU time,
+    unlike wall-clock time, hardly changes when other processes share the machine. Linux only
     (``/proc``). The kernel counts it in ticks of 10 ms: 15 repeats of 200 transfers come to
     about 65 ticks.
-
-    Returns
-    -------
-    copy_k, copy_b : float
-        Seconds per byte and seconds per tensor, both >= 0.
     """
-    if repeats < 1 or size <= _CONCURRENT_BYTES or count < 2 or count % 2:
+    if repeats < 1 or rounds < 1 or size <= _CONCURRENT_BYTES or count < 2 or count % 2:
         raise ValueError(
-            f"need repeats >= 1, size > {_CONCURRENT_BYTES} bytes and an even count >= 2, "
-            f"got {repeats}, {size}, {count}"
+            f"need repeats >= 1, rounds >= 1, size > {_CONCURRENT_BYTES} bytes and an even count >= 2, "
+            f"got {repeats}, {rounds}, {size}, {count}"
         )
     sides = len(processes) * repeats
     with _calibration_session(dst_device, _payload_steps(src_device, dst_device, [size]), target, config) as (
@@ -498,10 +515,33 @@ def calibrate_copy_cpu(
         [pair],
     ):
         large = _cpu_difference(session, pair, processes, repeats)
-    with relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe:
-        per_small = probe(repeats)  # copy_b + copy_k * 1 KiB
+    burst_steps = -(-count * repeats // BURST_TENSORS)
+    alone, in_burst = [], []
+    with (
+        relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe,
+        _calibration_session(
+            dst_device, _concurrent_steps(src_device, dst_device, [BURST_TENSORS]), target, config
+        ) as (session, [burst]),
+    ):
+        session.run(list(burst))
+        for _ in range(rounds):
+            alone.append(probe(repeats))  # copy_b + copy_k * 1 KiB
+            spent = _cpu_difference(session, burst, processes, burst_steps)
+            in_burst.append(spent / (len(processes) * burst_steps * BURST_TENSORS))
+    per_small = float(np.median(alone))
     copy_k = max((large / sides - per_small) / (size - RELAYED_BYTES), 0.0)
-    return copy_k, max(per_small - copy_k * RELAYED_BYTES, 0.0)
+    copy_b = max(per_small - copy_k * RELAYED_BYTES, 0.0)
+    shared = shared_copy_cpu(per_small, float(np.median(in_burst)), BURST_TENSORS)
+    return CopyCpu(copy_k, copy_b, min(shared, copy_b))
+
+
+def shared_copy_cpu(alone: float, in_burst: float, burst: int) -> float:
+    """The ``copy_b_shared`` under which a tensor of a batch of ``burst`` costs ``in_burst`` and one
+    sent alone ``alone`` (rule 2 of :mod:`tfplace.simulator.engine`: ``alone - shared * (1 - 1 /
+    burst)``), between 0 and ``alone``."""
+    if burst < 2:
+        raise ValueError(f"a burst shares among at least 2 tensors, got {burst}")
+    return min(max((alone - in_burst) / (1 - 1 / burst), 0.0), alone)
 
 
 @contextlib.contextmanager
@@ -567,7 +607,8 @@ def calibrate_local_cluster(
 
     One CPU device per worker, each of ``memory`` bytes, linked by the loopback gRPC link fitted by
     :func:`calibrate_transfer` between the first two workers, whose per-tensor and per-byte CPU on
-    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``) the simulator
+    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``, with the part
+    of it tensors sent together share) the simulator
     charges to the devices, each the median of ``fits`` fits (:func:`pooled_links`); the
     per-worker step overhead of :func:`calibrate_step_overhead`; and the machine's cores, which the
     workers share. A cluster of one worker gets only the overhead.
@@ -583,8 +624,16 @@ def calibrate_local_cluster(
     links = []
     for _ in range(fits):
         link = calibrate_transfer(names[0], names[1], target=cluster.target, repeats=repeats, counts=counts)
-        copy_k, copy_b = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
-        links.append(dataclasses.replace(link, copy_k=min(copy_k, link.k), copy_b=min(copy_b, link.b)))
+        copy = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
+        copy_b = min(copy.copy_b, link.b)
+        links.append(
+            dataclasses.replace(
+                link,
+                copy_k=min(copy.copy_k, link.k),
+                copy_b=copy_b,
+                copy_b_shared=min(copy.copy_b_shared, copy_b),
+            )
+        )
     return DeviceSet(devices, inter_host=pooled_links(links), step_overhead=overhead, cores=cores)
 
 
@@ -602,13 +651,15 @@ def pooled_links(links: Sequence[TransferModel]) -> TransferModel:
     def median(field: str) -> float:
         return float(np.median([getattr(link, field) for link in links]))
 
+    copy_b = median("copy_b")
     return dataclasses.replace(
         links[0],
         k=median("k"),
         b=median("b"),
         latency=median("latency"),
         copy_k=median("copy_k"),
-        copy_b=median("copy_b"),
+        copy_b=copy_b,
+        copy_b_shared=min(median("copy_b_shared"), copy_b),
     )
 
 

@@ -65,9 +65,11 @@ class TransferPlan:
         once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
         arrives that long after it leaves the channels), ``on_devices`` (the link's
         ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst``, each of
-        ``duration = copy_k * bytes + copy_b``, instead of on channels, and ``delay`` is
-        ``b - copy_b + (k - copy_k) * bytes``), ``route``, ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and ``buffer`` (the
-        received copy on ``dst``).
+        ``duration = copy_k * bytes + copy_b``, instead of on channels, less ``shared * (1 - 1 /
+        m)`` when it goes in a batch of ``m`` sends on its route, ``shared`` being the link's
+        ``copy_b_shared``; ``delay`` is then ``b - copy_b + (k - copy_k) * bytes``), ``route``,
+        ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and
+        ``buffer`` (the received copy on ``dst``).
     Routes
         ``routes[r]`` is the ``(src, dst)`` pair, ``route_channels[r]`` the channels it occupies and
         ``channel_routes[c]`` the routes that use channel ``c``.
@@ -90,6 +92,7 @@ class TransferPlan:
     dst: list[int] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
     duration: list[float] = field(default_factory=list)
+    shared: list[float] = field(default_factory=list)
     delay: list[float] = field(default_factory=list)
     on_devices: list[bool] = field(default_factory=list)
     route: list[int] = field(default_factory=list)
@@ -333,8 +336,10 @@ def _add_transfer(
     plan.nbytes.append(nbytes)
     if link.device_copies:  # the devices do the work; the rest of the time holds neither
         plan.duration.append(link.copy_k * nbytes + link.copy_b * count)
+        plan.shared.append(link.copy_b_shared * count)
     else:
         plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
+        plan.shared.append(0.0)
     plan.delay.append(link.delay(nbytes))
     plan.on_devices.append(link.device_copies)
     plan.route.append(route)
