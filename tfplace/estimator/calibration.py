@@ -519,8 +519,12 @@ def calibrate_copy_cpu(
     alone, in_burst = [], []
     with (
         relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe,
-        _calibration_session(
-            dst_device, _concurrent_steps(src_device, dst_device, [BURST_TENSORS]), target, config
+        _calibration_session(  # no reset beside the relay's session: it would close that too
+            dst_device,
+            _concurrent_steps(src_device, dst_device, [BURST_TENSORS]),
+            target,
+            config,
+            reset=False,
         ) as (session, [burst]),
     ):
         session.run(list(burst))
