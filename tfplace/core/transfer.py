@@ -61,8 +61,8 @@ class TransferModel:
         device queued when its device turns to them, rule 2 of :mod:`tfplace.simulator.engine`)
         holds each side ``copy_k * bytes + copy_b - copy_b_shared * (1 - 1 / m)``. gRPC on
         loopback handles the responses pending together in one wake-up of its threads: on
-        session 31's AMD VM a tensor of 1 KiB relayed alone cost each side 113-122 us of CPU,
-        64 sent at once 44-53 us each (:func:`tfplace.estimator.calibration.calibrate_copy_cpu`
+        session 31's AMD VM a tensor of 1 KiB relayed alone cost each side 108-128 us of CPU,
+        64 sent at once 33-58 us each (:func:`tfplace.estimator.calibration.calibrate_copy_cpu`
         measures both). ``0`` (the default): every transfer costs ``copy_b``.
     """
 
