@@ -59,11 +59,12 @@ class TransferModel:
         The part of ``copy_b`` that tensors sent together from one device to another share
         (``0 <= copy_b_shared <= copy_b``): a tensor in a batch of ``m`` (the sends to the same
         device queued when its device turns to them, rule 2 of :mod:`tfplace.simulator.engine`)
-        holds each side ``copy_k * bytes + copy_b - copy_b_shared * (1 - 1 / m)``. gRPC on
-        loopback handles the responses pending together in one wake-up of its threads: on
-        session 31's AMD VM a tensor of 1 KiB relayed alone cost each side 108-128 us of CPU,
-        64 sent at once 33-58 us each (:func:`tfplace.estimator.calibration.calibrate_copy_cpu`
-        measures both). ``0`` (the default): every transfer costs ``copy_b``.
+        holds each side ``copy_k * bytes + copy_b - copy_b_shared * (1 - 1 / m)``. On loopback
+        gRPC on session 31's AMD VM, a tensor of 1 KiB relayed back and forth cost each side
+        108-128 us of CPU, one of 64 sent at once 33-58 us
+        (:func:`tfplace.estimator.calibration.calibrate_copy_cpu` measures both), one of a stream
+        of tensors 23-320 us apart about as much as in a burst. ``0`` (the default): every
+        transfer costs ``copy_b``.
     """
 
     k: float

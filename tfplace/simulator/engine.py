@@ -42,8 +42,9 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    such tasks to the devices), less ``copy_b_shared * (1 - 1 / m)`` when the tensor goes in a
    *batch* of ``m``: when a device turns to a send to another device and no batch to that
    device is open, the sends to it queued at that moment (itself included) open one, and they
-   share that part of the per-tensor work (the RPC threads' wake-ups, which a burst of responses
-   shares; a burst of ``m`` tensors is what ``tfplace calibrate`` measures); the tensor arrives
+   share that part of the per-tensor work (a tensor relayed back and forth costs the workers 2-3
+   times what one of a burst does; a burst of ``m`` tensors is what ``tfplace calibrate``
+   measures, ``docs/experiments.md``); the tensor arrives
    ``b - copy_b + (k - copy_k) * bytes`` after both have ended (the request's round trip and the
    wire, which hold neither device).
    With ``devices.cores`` set, all devices share that many processors (loopback workers of one
