@@ -232,7 +232,9 @@ CALIBRATION_FORMAT = 8
 """Version of a stored :class:`CpuCalibration`. 8 (session 31): a loopback link's
 ``copy_b_shared``, the part of a transfer's CPU that tensors sent together share
 (:func:`tfplace.estimator.calibration.calibrate_copy_cpu`); an older file charges every transfer
-the whole ``copy_b``. 7 (session 26): no per-byte overhead (format 6's
+the whole ``copy_b``. Its ``MatMul`` row blocks are timed on the kernels, without the session
+call (:func:`tfplace.estimator.row_blocks.time_matmul_rows`), which had voted oneDNN's staircase
+away on a VM whose call took twice a product's kernel. 7 (session 26): no per-byte overhead (format 6's
 ``byte_overhead``, fitted on chains of wide layers, is ignored: it did not carry over to the
 models, :data:`tfplace.estimator.calibration.DEFAULT_CHAINS`), and a loopback link's ``copy_b``
 is the CPU of a transfer sent alone, about twice what format 6 measured sending 200 at once

@@ -58,8 +58,11 @@ without the transpose 0.64 at best, constant times with noise 0.64-1.0."""
 
 STEP_SHARE = 0.2
 """A step must rise by more than this share of the smallest time (one row's): a pass over the
-weights is much of a product's time (steps of 25-45 us here after 80 us at one row), where noise
-that happens to fit steps is a few percent of it."""
+weights is much of a product's time (steps of 25-45 us here after 80 us at one row, session 10,
+the session call included), where noise that happens to fit steps is a few percent of it. The
+times are the kernels' (:func:`time_matmul_rows` takes the session call out): on session 31's VM
+the call alone took 95-110 us, and steps of 26-33 us cleared this share of whole steps by at most
+4 us, so a calibration voted the staircase away."""
 
 TIMED_ROWS = 12
 """The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
@@ -184,17 +187,21 @@ def time_matmul_rows(
     repeats: int = 30,
     sessions: int = 3,
 ) -> list[float]:
-    """The smallest time of one step running a float32 ``variant`` product (:data:`MATMUL_VARIANTS`)
-    of ``m`` rows, ``inner`` deep, into ``columns``, for ``m = 1 .. rows``: the NMT's shape, from
-    variables (nothing to fold), under the profiler's session config
-    (:func:`~tfplace.estimator.profiler.profiling_config`). The smallest over ``sessions``
-    sessions of ``repeats`` steps each, the rows interleaved: within one session a product of some
-    ``m`` could take 10-20% more in every one of 100 steps (its buffers, presumably), 262 us
-    against 222 in the next session; other processes only add time too."""
+    """The time of a float32 ``variant`` product (:data:`MATMUL_VARIANTS`) of ``m`` rows, ``inner``
+    deep, into ``columns``, for ``m = 1 .. rows``: the NMT's shape, from variables (nothing to
+    fold), under the profiler's session config (:func:`~tfplace.estimator.profiler.profiling_config`).
+    Each is the smallest time of a step running it, over ``sessions`` sessions of ``repeats`` steps
+    each, the rows interleaved (within one session a product of some ``m`` could take 10-20% more in
+    every one of 100 steps, its buffers presumably, 262 us against 222 in the next session; other
+    processes only add time too), less the smallest time of a step running nothing in the same
+    sessions: the session call's own cost, which is no part of a pass over the weights. On session
+    31's AMD VM that call took 95-110 us of a one-row product's 125-143, and the staircase's steps
+    of 26-33 us fell under :data:`STEP_SHARE` of the whole step in a calibration."""
     import tensorflow as tf
 
     transpose_a, transpose_b = "transpose_a" in variant, "transpose_b" in variant
     best = [float("inf")] * rows
+    call = float("inf")
     for _ in range(sessions):
         graph = tf.Graph()
         with graph.as_default():
@@ -208,15 +215,19 @@ def time_matmul_rows(
                 )
                 products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
             initializer = tf.compat.v1.global_variables_initializer()
+            nothing = tf.no_op()
         with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
             session.run(initializer)
-            session.run(products)  # warm up every kernel
+            session.run([nothing, *products])  # warm up every kernel
             for _ in range(repeats):
+                start = time.perf_counter()
+                session.run(nothing)
+                call = min(call, time.perf_counter() - start)
                 for m, product in enumerate(products):
                     start = time.perf_counter()
                     session.run(product)
                     best[m] = min(best[m], time.perf_counter() - start)
-    return best
+    return [max(seconds - call, 0.0) for seconds in best]
 
 
 def voted_period(periods: Sequence[int]) -> int:
