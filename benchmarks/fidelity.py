@@ -37,7 +37,9 @@ is
 ``profile_traced_s`` is the side-by-side profile's op times summed, ``profile_untraced_s`` the
 profiler's statistic of the untraced steps its session runs before each traced one (the second of
 them, back to back with the first): the model's own untraced step on the profile's worker (a remote
-session, so the loopback step overhead and feeds included), beside what its traced kernels add up to.
+session, so the loopback step overhead and feeds included), beside what its traced kernels add up to;
+``profile_untraced_here_s`` the same of a session of the graph in this process, which the virtual
+rows are simulated on (since session 32).
 
 ``measured_s`` is the profiler's statistic of the steps of both sessions
 (:func:`tfplace.estimator.step_timing.step_statistic`, the tenth quantile): the simulated step
@@ -111,7 +113,7 @@ from tfplace.api import DEFAULT_CACHE_DIR
 from tfplace.core.costgraph import UNTRACED_STEP
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, TracedSteps
 from tfplace.estimator.profiling_process import PROFILED_KIND
-from tfplace.estimator.step_timing import step_statistic
+from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic
 from tfplace.estimator.thread_accounting import OWN_TASKS
 
 FLAGS = flags.FLAGS
@@ -224,6 +226,7 @@ PASS_COLUMNS = (
     "profile_drift",
     "profile_traced_s",
     "profile_untraced_s",
+    "profile_untraced_here_s",
     "error",
     "calibrated_link_error",
     "noise",
@@ -642,7 +645,11 @@ class SideBySideProfile:
 
     ``session`` may run in another process (:func:`open_profile` runs each in a worker of its own);
     ``tasks`` is then that process's ``/proc/<pid>/task``, whose TensorFlow threads run the ops
-    and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`)."""
+    and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`);
+    ``kind`` is the CPU device kind its steps run as. ``here``, a session of the same graph in this
+    process, takes untraced steps of its own before the session's, back to back in the steady
+    state as the profiler's does (:func:`tfplace.estimator.profiler.profile_graph`): the step on a
+    virtual CPU."""
 
     session: Any
     fetches: Any
@@ -650,6 +657,8 @@ class SideBySideProfile:
     ops: frozenset[str]
     untraced_before: int = UNTRACED_BEFORE_TRACE
     tasks: Path = OWN_TASKS
+    kind: str = PROFILED_KIND["worker"]
+    here: Any = None
     reopen: Callable[[], tuple[Any, Path]] | None = None
     sessions: int = 1
     total_steps: int = 1
@@ -658,20 +667,23 @@ class SideBySideProfile:
     def step(self) -> None:
         """One traced step after ``untraced_before`` untraced ones (by default the profiler's
         :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them), in
-        the session whose share of ``total_steps`` it falls in; its op traces, wall-clock seconds
-        and the preemptions of TensorFlow's threads during it kept
-        (:mod:`tfplace.estimator.thread_accounting`)."""
+        the session whose share of ``total_steps`` it falls in, ``here``'s as many before them;
+        its op traces, wall-clock seconds and the preemptions of TensorFlow's threads during it
+        kept (:mod:`tfplace.estimator.thread_accounting`)."""
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
         from tfplace.tf_graph.step_stats import collect_op_traces
 
         session = self.session_of(len(self.steps.wall))
         if self.steps.sessions and session != self.steps.sessions[-1]:
             self.session, self.tasks = self.reopen()  # type: ignore[misc]  # session_of checks it
+        if self.here is not None:
+            steadily = back_to_back_seconds(self.here, self.fetches, self.feeds)
+            self.steps.untraced.setdefault(PROFILED_KIND["this"], []).extend(steadily)
         for index in range(self.untraced_before):
             start = time.perf_counter()
             self.session.run(self.fetches, self.feeds)
             if index:  # the first follows other sessions' steps; the others run back to back
-                self.steps.untraced.append(time.perf_counter() - start)
+                self.steps.untraced.setdefault(self.kind, []).append(time.perf_counter() - start)
         threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)
@@ -707,7 +719,9 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
     Its threads keep the priority of the steps it is compared with, not the profiler's raised one
     (:attr:`~tfplace.estimator.statistics.RepeatPolicy.niceness`): at nice -15 beside steps at 0
     the NMT's virtual one-device row came out -17.6% and -9.5%, at nice 0 -4.0% and -4.6%
-    (four runs in turn, session 22; the Transformer's -8.1% to -9.1% either way).
+    (four runs in turn, session 22; the Transformer's -8.1% to -9.1% either way). Beside them a
+    session of the graph in this process, warmed up, times the untraced step on a virtual CPU
+    (:attr:`SideBySideProfile.here`), as the profiler does.
 
     In this process, beside the six sessions of a virtual-CPU pass, the heap is not a profiler's:
     the small Transformer's traced steps faulted 2,625 times each (322 with only the profile here,
@@ -728,7 +742,11 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
 
     feeds = spec.feed_fn(batch)
     warmup_steps = inspect.signature(estimate_costs).parameters["warmup_steps"].default
-    running = stack.enter_context(contextlib.ExitStack())
+    here, _ = stack.enter_context(profiling_session(spec.graph, profiling_config(), "this"))
+    here.run(spec.init_op)
+    for _ in range(warmup_steps):
+        here.run(spec.train_op, feeds)
+    running = stack.enter_context(contextlib.ExitStack())  # after here: sessions nest as a stack
 
     def reopen() -> tuple[Any, Path]:
         running.close()
@@ -745,6 +763,7 @@ def open_profile(stack, spec, batch: int, ops: frozenset[str]) -> SideBySideProf
         feeds,
         ops,
         tasks=tasks,
+        here=here,
         reopen=reopen,
         sessions=RepeatPolicy().sessions,
         total_steps=FLAGS.profile_steps,
@@ -827,11 +846,15 @@ def measure_model(name: str, kind: str, cluster, calibration) -> list[dict[str, 
             row["steady_runs"] = [allocator_peaks(spec, placement, trace) for trace in steady_traces]
     compute_times = profile.compute_times()
     side_by_side, drift = with_compute_times(estimate.cost_graph, compute_times)
-    untraced = step_statistic(profile.steps.untraced) if profile.steps.untraced else math.nan
+    untraced = {kind: step_statistic(times) for kind, times in profile.steps.untraced.items() if times}
     side_by_side.graph.pop(UNTRACED_STEP, None)  # the first profile's, beside other op times
-    if profile.steps.untraced:
-        side_by_side.graph[UNTRACED_STEP] = {"seconds": untraced, "kind": PROFILED_KIND["worker"]}
-    profile_steps = {"profile_traced_s": sum(compute_times.values()), "profile_untraced_s": untraced}
+    if untraced:
+        side_by_side.graph[UNTRACED_STEP] = untraced
+    profile_steps = {
+        "profile_traced_s": sum(compute_times.values()),
+        "profile_untraced_s": untraced.get(PROFILED_KIND["worker"], math.nan),
+        "profile_untraced_here_s": untraced.get(PROFILED_KIND["this"], math.nan),
+    }
     copy_b = link.copy_b() if link is not None and link.samples else None  # none with --profile_steps=0
     probed = calibration if copy_b is None else with_copy_b(calibration, kind, copy_b)
     probed_devices = probed.device_set(names, 1 << 40)
@@ -954,6 +977,7 @@ DECIMALS = {
     "profile_drift": 6,
     "profile_traced_s": 6,
     "profile_untraced_s": 6,
+    "profile_untraced_here_s": 6,
     "measured_s": 6,
     "error": 6,
     "error_min": 6,

@@ -78,6 +78,7 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
     import tensorflow as tf
 
     from tfplace.estimator.profiler import profiling_config
+    from tfplace.estimator.profiling_process import PROFILED_KIND
 
     with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
         if initializer is not None:
@@ -90,6 +91,7 @@ def measure(graph: Any, fetch: Any, initializer: Any, feeds: Any) -> dict[str, f
             feeds,
             frozenset(op.name for op in graph.get_operations()),
             untraced_before=FLAGS.untraced_before_trace,
+            kind=PROFILED_KIND["this"],
         )
         faults = minor_faults()
         for _ in range(FLAGS.traced_steps):

@@ -125,7 +125,7 @@ def resimulated(
             if not own_op_overhead:
                 profile.graph.pop(UNTRACED_STEP, None)
             elif UNTRACED_STEP not in profile.graph and math.isfinite(untraced):
-                profile.graph[UNTRACED_STEP] = {"seconds": untraced, "kind": PROFILED_KIND["worker"]}
+                profile.graph[UNTRACED_STEP] = {PROFILED_KIND["worker"]: untraced}
             probed = calibration
             if copy_b is not None and side_by_side_link:
                 probed = fidelity.with_copy_b(calibration, row["kind"], copy_b)

@@ -111,8 +111,8 @@ def test_estimated_costs_cover_the_step_with_flops_at_the_target_batch(load_save
         == 8 * small.cost_graph.nodes[convolution]["output_sizes"][0]
     )
     small.cost_graph.validate()
-    untraced = small.cost_graph.graph[UNTRACED_STEP]  # timed on the profiler's own worker
-    assert untraced["kind"] == "loopback" and untraced["seconds"] > 0
+    untraced = small.cost_graph.graph[UNTRACED_STEP]  # on the profiler's own worker, and here
+    assert set(untraced) == {"loopback", "virtual"} and min(untraced.values()) > 0
 
 
 def test_the_step_keeps_the_graphs_op_order_when_most_ops_are_outside_it(tmp_path):

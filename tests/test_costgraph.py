@@ -5,7 +5,16 @@ import os
 
 import pytest
 
-from tfplace.core.costgraph import CostGraph, CostGraphError, ccr, load_json, op_memory, save_json
+from tfplace.core.costgraph import (
+    UNTRACED_STEP,
+    CostGraph,
+    CostGraphError,
+    ccr,
+    load_json,
+    op_memory,
+    save_json,
+    untraced_steps,
+)
 from tfplace.core.indexed import index_graph
 from tfplace.core.transfer import TransferModel
 
@@ -302,3 +311,12 @@ def test_output_shapes_must_give_every_output_a_shape():
     graph.add_op("x", output_sizes=(256, 4), output_shapes=[(-1, 8)])
     with pytest.raises(CostGraphError, match="output_shapes must give each of its 2 outputs"):
         graph.validate()
+
+
+def test_the_untraced_step_is_read_per_device_kind_and_from_the_single_kind_form_saved_before():
+    graph = CostGraph()
+    assert untraced_steps(graph) == {}
+    graph.graph[UNTRACED_STEP] = {"loopback": 5e-3, "virtual": 4e-3}
+    assert untraced_steps(graph) == {"loopback": 5e-3, "virtual": 4e-3}
+    graph.graph[UNTRACED_STEP] = {"seconds": 5e-3, "kind": "loopback"}  # fidelity inputs of session 31
+    assert untraced_steps(graph) == {"loopback": 5e-3}

@@ -299,7 +299,7 @@ def test_a_one_device_step_takes_its_feeds_cost_longer_than_the_same_step_fed_fo
 
 
 def timed_untraced(graph, seconds, kind):
-    graph.graph[UNTRACED_STEP] = {"seconds": seconds, "kind": kind}
+    graph.graph[UNTRACED_STEP] = {kind: seconds}
     return graph
 
 
@@ -317,6 +317,14 @@ def test_on_another_kind_the_graphs_own_overhead_moves_by_the_calibrated_differe
     graph = timed_untraced(fed_graph(), 500e-6, "loopback")
     own = CALIBRATION.op_overhead(graph, "loopback")
     assert CALIBRATION.op_overhead(graph, "virtual") == pytest.approx(own - 0.5e-6 - 1e-6)
+
+
+def test_a_graph_timed_on_both_kinds_takes_each_kinds_own_step_not_the_calibrated_difference():
+    graph = timed_untraced(fed_graph(), 500e-6, "loopback")
+    graph.graph[UNTRACED_STEP]["virtual"] = 200e-6
+    # 200 us less 13 us of kernels and the 100 us step (a virtual CPU's feeds are free), over four ops
+    assert CALIBRATION.op_overhead(graph, "virtual") == pytest.approx(87e-6 / 4)
+    assert CALIBRATION.op_overhead(graph, "loopback") == pytest.approx(45.4e-6 / 4)
 
 
 def test_without_an_untraced_step_a_graph_pays_the_calibrated_per_op_overhead():

@@ -222,23 +222,54 @@ def test_the_untraced_step_before_each_traced_one_is_timed_and_kept_per_batch_si
 
     monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
     monkeypatch.setattr(profiler, "timed_step", timed_step)
+    monkeypatch.setattr(profiler, "back_to_back_seconds", lambda session, fetch, feeds: [0.04, 0.04])
     graph, train = dense_graph()
     policy = RepeatPolicy(max_steps=3, outlier_factor=math.inf, sessions=1)
     result = profile_graph(
         graph, train, dense_feeds, batch_sizes=(1, 2), warmup_steps=0, traced_steps=3, repeats=policy
     )
-    assert result.untraced_step_times == {1: pytest.approx(0.04), 2: pytest.approx(0.04)}
+    each_batch = {1: pytest.approx(0.04), 2: pytest.approx(0.04)}
+    assert result.untraced_step_times == {"loopback": each_batch, "virtual": each_batch}
     assert result.process == "worker"
     stored = profiler.ProfileSet.from_dict(result.to_dict())
     assert (stored.untraced_step_times, stored.process) == (result.untraced_step_times, "worker")
 
 
+def test_a_worker_profile_times_this_processs_steady_steps_before_the_workers_untraced_ones(
+    monkeypatch, unperturbed, quiet_scheduler
+):
+    order = []
+
+    def timed_step(session, fetch, feeds):
+        order.append("worker" if session.sess_str else "this process")
+        session.run(fetch, feeds)
+        return 0.01
+
+    def back_to_back_seconds(session, fetch, feeds):
+        order.append("worker" if session.sess_str else "this process, back to back")
+        return [0.02, 0.02]
+
+    monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    monkeypatch.setattr(profiler, "timed_step", timed_step)
+    monkeypatch.setattr(profiler, "back_to_back_seconds", back_to_back_seconds)
+    graph, train = dense_graph()
+    policy = RepeatPolicy(max_steps=2, outlier_factor=math.inf, sessions=1)
+    result = profile_graph(
+        graph, train, dense_feeds, batch_sizes=(1,), warmup_steps=0, traced_steps=2, repeats=policy
+    )
+    assert order == ["this process, back to back", "worker"] * 2
+    assert result.untraced_steps(1) == {"loopback": pytest.approx(0.01), "virtual": pytest.approx(0.02)}
+
+
 def test_the_untraced_step_at_a_batch_not_profiled_is_on_the_line_through_the_profiled_ones():
-    profile = profiler.ProfileSet((1, 2), {}, untraced_step_times={1: 1e-3, 2: 1.5e-3})
-    assert profile.untraced_step(2) == 1.5e-3
-    assert profile.untraced_step(8) == pytest.approx(4.5e-3)
-    assert profiler.ProfileSet((4,), {}, untraced_step_times={4: 1e-3}).untraced_step(8) is None
-    assert profiler.ProfileSet((1, 2), {}).untraced_step(2) is None
+    profile = profiler.ProfileSet((1, 2), {}, untraced_step_times={"loopback": {1: 1e-3, 2: 1.5e-3}})
+    assert profile.untraced_steps(2) == {"loopback": 1.5e-3}
+    assert profile.untraced_steps(8) == {"loopback": pytest.approx(4.5e-3)}
+    one_batch = profiler.ProfileSet(
+        (4,), {}, untraced_step_times={"loopback": {4: 1e-3}, "virtual": {4: 2e-3}}
+    )
+    assert one_batch.untraced_steps(8) == {}
+    assert profiler.ProfileSet((1, 2), {}).untraced_steps(2) == {}
 
 
 def test_the_number_of_traced_steps_follows_the_spread_of_the_op_times(

@@ -147,7 +147,6 @@ def estimate_costs(
     CostEstimate
     """
     from tfplace.estimator.profiler import profile_graph
-    from tfplace.estimator.profiling_process import PROFILED_KIND
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.estimator.row_blocks import matmul_row_blockings
     from tfplace.estimator.simd import cpu_float_lanes
@@ -200,9 +199,9 @@ def estimate_costs(
         )
         if profile.devices and all("CPU" in device.upper() for device in profile.devices.values()):
             filled.graph[CHANNEL_BLOCK] = cpu_float_lanes()  # what a channel split's pieces save
-            untraced = profile.untraced_step(batch_size)
-            if untraced is not None:  # what a real step costs beyond the traced ops
-                filled.graph[UNTRACED_STEP] = {"seconds": untraced, "kind": PROFILED_KIND[profile.process]}
+            untraced = profile.untraced_steps(batch_size)
+            if untraced:  # what a real step costs beyond the traced ops, per device kind
+                filled.graph[UNTRACED_STEP] = untraced
         refinement = None
         if refine_on is not None:
             from tfplace.estimator.refine import refine_costs

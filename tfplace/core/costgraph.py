@@ -128,6 +128,7 @@ __all__ = [
     "output_bytes",
     "resident_memory",
     "save_json",
+    "untraced_steps",
 ]
 
 CHANNEL_BLOCK = "channel_block"
@@ -136,9 +137,9 @@ float32 SIMD lanes); a split's channel pieces cost whole blocks (:mod:`tfplace.s
 on graphs whose times are another device's (:func:`tfplace.core.device_model.convert_graph`)."""
 UNTRACED_STEP = "untraced_step"
 """Graph attribute: the whole step as the profiler timed it untraced, beside its traced steps, on
-one device: ``{"seconds": float, "kind": str}``, ``kind`` the CPU device kind it ran on
-(:data:`tfplace.core.device_model.CPU_KINDS`: ``"loopback"`` for the profiler's worker process,
-``"virtual"`` for a profile in the user's process). What the step costs beyond its ops' traced
+one device of each CPU device kind it ran on (:data:`tfplace.core.device_model.CPU_KINDS`):
+``{kind: seconds}``, ``"loopback"`` for the profiler's worker process, ``"virtual"`` for the
+user's process (:func:`untraced_steps` reads it). What the step costs beyond its ops' traced
 times is read from it (:meth:`tfplace.core.device_model.CpuCalibration.op_overhead`). Absent where
 no untraced step was timed, and on graphs whose times are another device's."""
 JSON_FORMAT = "tfplace.costgraph"
@@ -572,6 +573,16 @@ def ccr(graph: nx.DiGraph) -> float:
     comm = sum(t for _, _, t in graph.edges(data="transfer_time"))
     comp = sum(t for _, t in graph.nodes(data="compute_time"))
     return comm / comp if comp > 0 else math.inf
+
+
+def untraced_steps(graph: nx.DiGraph) -> dict[str, float]:
+    """The untraced step of ``graph`` per CPU device kind it was timed on (:data:`UNTRACED_STEP`);
+    empty where none was. Graphs saved before session 32 hold one kind's step as
+    ``{"seconds": s, "kind": k}`` (the fidelity runs' inputs in ``results/``), read as ``{k: s}``."""
+    measured = graph.graph.get(UNTRACED_STEP) or {}
+    if "seconds" in measured:
+        return {str(measured["kind"]): float(measured["seconds"])}
+    return {str(kind): float(seconds) for kind, seconds in measured.items()}
 
 
 def save_json(graph: CostGraph, path: str | os.PathLike[str]) -> None:

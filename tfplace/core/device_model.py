@@ -38,7 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from tfplace.core.costgraph import CHANNEL_BLOCK, UNTRACED_STEP, CostGraph, atomic_write_text
+from tfplace.core.costgraph import (
+    CHANNEL_BLOCK,
+    UNTRACED_STEP,
+    CostGraph,
+    atomic_write_text,
+    untraced_steps,
+)
 from tfplace.core.devices import Device, DeviceName, DeviceSet
 from tfplace.core.transfer import TransferModel
 
@@ -415,28 +421,32 @@ class CpuCalibration:
     def op_overhead(self, graph: CostGraph, kind: str) -> float:
         """Seconds a real step on ``kind`` devices spends per op of ``graph`` beyond its traced time.
 
-        Where the profiler timed the graph's own untraced step (:data:`UNTRACED_STEP`, on a device
-        of kind ``measured``), it is what that step took beyond the ops' traced times and the
-        calibrated step and feed costs of ``measured``, per op, plus the calibrated difference of
-        the two kinds' per-op overheads::
+        Where the profiler timed the graph's own untraced step (:func:`untraced_steps`) on a device
+        of kind ``kind``, it is what that step took beyond the ops' traced times and the calibrated
+        step and feed costs of ``kind``, per op. Where it timed it on a device of another kind
+        ``measured`` only, the same plus the calibrated difference of the two kinds' per-op
+        overheads::
 
-            (untraced - sum of compute_time - step_overhead[measured] - feeds[measured]) / ops
+            (untraced[measured] - sum of compute_time - step_overhead[measured] - feeds[measured]) / ops
                 + op_overhead[kind] - op_overhead[measured]
 
         The calibration's chains cannot stand for every graph: on the Intel VM of sessions 25-29
         their fit gave -0.07 us per op where the small NMT's own steps took +0.21..+0.39, Tensor
         Holography's +0.08..+3.3 and Inception V3's -3.2..+1.7 (its traced convolutions slow in
-        some passes), ``docs/experiments.md``. Without the graph's untraced step, the
+        some passes), ``docs/experiments.md``; nor can their difference of the kinds: on session
+        31's AMD VM it was 0.035 us per op, and the small NMT's one-device step took 0.44 us per op
+        more on a worker than in this process. Without any untraced step of the graph, the
         calibration's :attr:`CpuProcessModel.op_overhead`."""
         model = self.process(kind)
-        measured = graph.graph.get(UNTRACED_STEP)
+        measured = untraced_steps(graph)
         if not measured or graph.number_of_nodes() == 0:
             return model.op_overhead
-        where = self.process(str(measured["kind"]))
+        timed_on = kind if kind in measured else min(measured)
+        where = self.process(timed_on)
         fed = [attrs for _, attrs in graph.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         feeds = sum(where.feed.share(sum(attrs["output_sizes"]), len(fed)) for attrs in fed)
         kernels = sum(seconds for _, seconds in graph.nodes(data="compute_time"))
-        beyond = float(measured["seconds"]) - kernels - where.step_overhead - feeds
+        beyond = measured[timed_on] - kernels - where.step_overhead - feeds
         return beyond / graph.number_of_nodes() + model.op_overhead - where.op_overhead
 
     def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:

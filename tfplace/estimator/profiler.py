@@ -51,6 +51,7 @@ TensorFlow is imported inside the functions that run it; the data classes need n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -68,6 +69,7 @@ from tfplace.core.progress import Progress, track
 from tfplace.estimator.cache import ProfileCache, profile_key
 from tfplace.estimator.perturb import cost_factors, perturbation_seed
 from tfplace.estimator.profiling_process import (
+    PROFILED_KIND,
     WORKER_ENVIRONMENT,
     ProfilingProcess,
     profiling_process_for,
@@ -91,7 +93,7 @@ from tfplace.estimator.statistics import (
     weighted_relative_error,
     without_preemption,
 )
-from tfplace.estimator.step_timing import step_statistic, timed_step
+from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
 from tfplace.tf_graph.fetches import (
     as_graph,
@@ -145,7 +147,7 @@ within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran up to 13% slower
 worker process under it (:mod:`tfplace.estimator.profiling_process`, session 19); these variables
 of the process profiled in still key the profile."""
 
-_PROFILE_FORMAT = 11
+_PROFILE_FORMAT = 12
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
@@ -159,7 +161,8 @@ executor's running estimate of it gets to (:func:`~tfplace.core.device_model.lea
 not the median. 10: a CPU op's compute time is its kernels' time, without the node's handling
 around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`), and each traced step follows
 :data:`UNTRACED_BEFORE_TRACE` untraced ones. 11: the untraced steps are timed too
-(:attr:`ProfileSet.untraced_step_times`) and the profile says where it ran (``process``)."""
+(:attr:`ProfileSet.untraced_step_times`) and the profile says where it ran (``process``). 12: a
+profile on a worker times the untraced steps in this process too, per CPU device kind."""
 
 
 @dataclass(frozen=True)
@@ -222,11 +225,13 @@ class ProfileSet:
         those slots' sizes are shape-based estimates.
     step_times : dict of int to float
         Median wall-clock seconds of a kept traced step per batch size.
-    untraced_step_times : dict of int to float
-        Per batch size, the whole untraced step: :func:`~tfplace.estimator.step_timing.step_statistic`
-        of the untraced steps before the traced ones that ran back to back with another of their
-        batch size (all of :data:`UNTRACED_BEFORE_TRACE` but the first); what the step costs beyond
-        its ops' traced times (:meth:`untraced_step`).
+    untraced_step_times : dict of str to dict of int to float
+        Per CPU device kind the steps ran as (:data:`~tfplace.core.device_model.CPU_KINDS`: the
+        profiling worker's ``"loopback"``, this process's ``"virtual"``) and batch size, the whole
+        untraced step: :func:`~tfplace.estimator.step_timing.step_statistic` of the untraced steps
+        before the traced ones that ran back to back with another of their batch size (all of
+        :data:`UNTRACED_BEFORE_TRACE` but the first); what the step costs beyond its ops' traced
+        times (:meth:`untraced_steps`).
     process : {"worker", "this"}
         Where the steps ran (:mod:`tfplace.estimator.profiling_process`).
     time_errors : dict of int to dict of str to float
@@ -252,7 +257,7 @@ class ProfileSet:
     estimated_ops: tuple[str, ...] = ()
     estimated_outputs: tuple[str, ...] = ()
     step_times: dict[int, float] = field(default_factory=dict)
-    untraced_step_times: dict[int, float] = field(default_factory=dict)
+    untraced_step_times: dict[str, dict[int, float]] = field(default_factory=dict)
     process: ProfilingProcess = "worker"
     time_errors: dict[int, dict[str, float]] = field(default_factory=dict)
     steps: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -274,7 +279,10 @@ class ProfileSet:
             "estimated_ops": list(self.estimated_ops),
             "estimated_outputs": list(self.estimated_outputs),
             "step_times": {str(b): t for b, t in self.step_times.items()},
-            "untraced_step_times": {str(b): t for b, t in self.untraced_step_times.items()},
+            "untraced_step_times": {
+                kind: {str(b): t for b, t in steps.items()}
+                for kind, steps in self.untraced_step_times.items()
+            },
             "process": self.process,
             "time_errors": {str(b): errors for b, errors in self.time_errors.items()},
             "steps": {str(b): list(counts) for b, counts in self.steps.items()},
@@ -284,17 +292,20 @@ class ProfileSet:
             "profiling_seconds": self.profiling_seconds,
         }
 
-    def untraced_step(self, batch_size: int) -> float | None:
-        """The whole untraced step at ``batch_size``: as measured at a profiled batch size, else on
-        the least-squares line through the profiled ones (a step's time grows with its batch as
-        its ops' do); ``None`` without untraced steps, or with one batch size and another asked."""
-        if batch_size in self.untraced_step_times:
-            return self.untraced_step_times[batch_size]
-        if len(self.untraced_step_times) < 2:
-            return None
-        sizes, seconds = zip(*sorted(self.untraced_step_times.items()), strict=True)
-        slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(seconds), 1)
-        return float(slope * batch_size + intercept)
+    def untraced_steps(self, batch_size: int) -> dict[str, float]:
+        """The whole untraced step at ``batch_size`` per CPU device kind it was timed on: as
+        measured at a profiled batch size, else on the least-squares line through the profiled
+        ones (a step's time grows with its batch as its ops' do); a kind with one batch size
+        profiled and another asked is left out."""
+        steps = {}
+        for kind, times in self.untraced_step_times.items():
+            if batch_size in times:
+                steps[kind] = times[batch_size]
+            elif len(times) >= 2:
+                sizes, seconds = zip(*sorted(times.items()), strict=True)
+                slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(seconds), 1)
+                steps[kind] = float(slope * batch_size + intercept)
+        return steps
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> ProfileSet:
@@ -309,7 +320,10 @@ class ProfileSet:
             estimated_ops=tuple(document["estimated_ops"]),
             estimated_outputs=tuple(document["estimated_outputs"]),
             step_times={int(b): float(t) for b, t in document["step_times"].items()},
-            untraced_step_times={int(b): float(t) for b, t in document["untraced_step_times"].items()},
+            untraced_step_times={
+                kind: {int(b): float(t) for b, t in steps.items()}
+                for kind, steps in document["untraced_step_times"].items()
+            },
             process=document["process"],
             time_errors={
                 int(b): {op: float(e) for op, e in errors.items()}
@@ -457,14 +471,15 @@ def time_statistics(
 class TracedSteps:
     """Traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
     the session (its number) that ran it, reduced per op as the profiler reduces them
-    (:meth:`statistics`); and the seconds of the untraced steps before them that followed another
-    untraced step of theirs (``untraced``)."""
+    (:meth:`statistics`); and per CPU device kind the steps ran as
+    (:data:`~tfplace.core.device_model.CPU_KINDS`), the seconds of the untraced steps before them
+    that followed another untraced step of theirs (``untraced``)."""
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
     sessions: list[int] = field(default_factory=list)
-    untraced: list[float] = field(default_factory=list)
+    untraced: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, traces: dict[str, OpTrace], wall: float, preemptions: int, session: int) -> None:
         """Record one traced step of ``session``."""
@@ -507,7 +522,7 @@ class _BatchMeasurement:
     traces: dict[str, list[OpTrace]]
     times: dict[str, tuple[float, float]]
     step_time: float
-    untraced_step_time: float
+    untraced_step_times: dict[str, float]
     kept: int
     taken: int
 
@@ -523,7 +538,7 @@ def _summarize(steps: TracedSteps, policy: RepeatPolicy) -> _BatchMeasurement:
         traces=traces,
         times=steps.statistics(policy),
         step_time=statistics.median(steps.wall[i] for i in kept),
-        untraced_step_time=step_statistic(steps.untraced),
+        untraced_step_times={kind: step_statistic(times) for kind, times in steps.untraced.items() if times},
         kept=len(kept),
         taken=len(steps.wall),
     )
@@ -557,6 +572,18 @@ def _measure(
     regression on the batch size. The batch sizes share each session, so the variables (and
     optimizer slots) are held once: a session per batch size would multiply the memory of a large
     model's profile by the number of batch sizes.
+
+    Beside a worker's session a session of the same graph runs in this process (its allocator and
+    threads, as the user's own steps run), and before each of the worker's untraced steps of a
+    batch size takes untraced steps of its own, timed back to back in the steady state a training
+    job runs in as the calibration times them
+    (:func:`~tfplace.estimator.step_timing.back_to_back_seconds`): the step on a virtual CPU
+    (:data:`~tfplace.estimator.profiling_process.PROFILED_KIND`).
+    What a step costs beyond its traced ops depends on the process as well as on the graph: on
+    session 31's VM the small NMT's step took 1.7 ms (0.44 us per op) more on a worker than here,
+    where the calibration's chains put the two 0.035 us per op apart, and its virtual fidelity rows
+    came out +21..+30% (run W); its splits simulated on its one-device step measured here, -3..+4%
+    (``docs/experiments.md``). This process holds a second copy of the variables meanwhile.
     """
     import tensorflow as tf
 
@@ -564,26 +591,35 @@ def _measure(
     iterator_ops = {
         op.name for op in graph.get_operations() if op.name in op_inputs and op.type in ITERATOR_OPS
     }
+    kind, here_kind = PROFILED_KIND[process], PROFILED_KIND["this"]
     steps = {b: TracedSteps() for b in feeds}
     shares = policy.per_session(traced_steps)
     for index, (each, fewest) in enumerate(shares):
         label = "profiling traced steps" + (f", session {index + 1}/{len(shares)}" if len(shares) > 1 else "")
-        with (
-            profiling_session(graph, config, process) as (session, tasks),
-            raised_priority(tasks, policy.niceness),
-        ):
-            if initializer:
-                session.run(initializer)
-            for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
-                for _ in range(warmup_steps):
-                    session.run(fetches, feed_dict=feed)
+        with contextlib.ExitStack() as stack:
+            session, tasks = stack.enter_context(profiling_session(graph, config, process))
+            stack.enter_context(raised_priority(tasks, policy.niceness))
+            here = None
+            if process == "worker":
+                here, own_tasks = stack.enter_context(profiling_session(graph, config, "this"))
+                stack.enter_context(raised_priority(own_tasks, policy.niceness))
+            for each_session in (session, here) if here is not None else (session,):
+                if initializer:
+                    each_session.run(initializer)
+                for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
+                    for _ in range(warmup_steps):
+                        each_session.run(fetches, feed_dict=feed)
             done = {b: False for b in feeds}
             with Progress(label, each.most_steps(fewest) * len(feeds)) as progress:
                 while not all(done.values()):
                     for b in interleaved_rounds(list(feeds), done):
-                        session.run(fetches, feed_dict=feeds[b])  # after another batch size's step
+                        if here is not None:
+                            steadily = back_to_back_seconds(here, fetches, feeds[b])
+                            steps[b].untraced.setdefault(here_kind, []).extend(steadily)
+                        session.run(fetches, feed_dict=feeds[b])  # after another session's step
+                        times = steps[b].untraced.setdefault(kind, [])
                         for _ in range(UNTRACED_BEFORE_TRACE - 1):
-                            steps[b].untraced.append(timed_step(session, fetches, feeds[b]))
+                            times.append(timed_step(session, fetches, feeds[b]))
                         metadata = tf.compat.v1.RunMetadata()
                         threads = tensorflow_threads(tasks)
                         start = time.perf_counter()
@@ -809,11 +845,20 @@ def _assemble(
         estimated_ops=tuple(missing),
         estimated_outputs=tuple(partial),
         step_times={b: m.step_time for b, m in measured.items()},
-        untraced_step_times={b: m.untraced_step_time for b, m in measured.items()},
+        untraced_step_times=_by_kind({b: m.untraced_step_times for b, m in measured.items()}),
         time_errors={b: {op: error for op, (_, error) in m.times.items()} for b, m in measured.items()},
         steps={b: (m.kept, m.taken) for b, m in measured.items()},
         devices={op: traces[-1].device for op, traces in largest.items()},
     )
+
+
+def _by_kind(per_batch: Mapping[int, Mapping[str, float]]) -> dict[str, dict[int, float]]:
+    """``{batch: {kind: seconds}}`` as ``{kind: {batch: seconds}}``."""
+    per_kind: dict[str, dict[int, float]] = {}
+    for batch_size, steps in per_batch.items():
+        for kind, seconds in steps.items():
+            per_kind.setdefault(kind, {})[batch_size] = seconds
+    return per_kind
 
 
 def _fed_cost(op: str, feeds: Mapping[str, Any], persistent: int) -> OpCost:
