@@ -228,10 +228,11 @@ class ProfileSet:
     untraced_step_times : dict of str to dict of int to float
         Per CPU device kind the steps ran as (:data:`~tfplace.core.device_model.CPU_KINDS`: the
         profiling worker's ``"loopback"``, this process's ``"virtual"``) and batch size, the whole
-        untraced step: :func:`~tfplace.estimator.step_timing.step_statistic` of the untraced steps
-        before the traced ones that ran back to back with another of their batch size (all of
-        :data:`UNTRACED_BEFORE_TRACE` but the first); what the step costs beyond its ops' traced
-        times (:meth:`untraced_steps`).
+        untraced step: :func:`~tfplace.estimator.step_timing.step_statistic` of the worker's
+        untraced steps before the traced ones that ran back to back with another of their batch
+        size (all of :data:`UNTRACED_BEFORE_TRACE` but the first), and of this process's steps
+        timed back to back in the steady state beside them; what the step costs beyond its ops'
+        traced times (:meth:`untraced_steps`).
     process : {"worker", "this"}
         Where the steps ran (:mod:`tfplace.estimator.profiling_process`).
     time_errors : dict of int to dict of str to float
@@ -582,8 +583,10 @@ def _measure(
     What a step costs beyond its traced ops depends on the process as well as on the graph: on
     session 31's VM the small NMT's step took 1.7 ms (0.44 us per op) more on a worker than here,
     where the calibration's chains put the two 0.035 us per op apart, and its virtual fidelity rows
-    came out +21..+30% (run W); its splits simulated on its one-device step measured here, -3..+4%
-    (``docs/experiments.md``). This process holds a second copy of the variables meanwhile.
+    came out +21..+30% (run W); with the step timed here, -0.6% and -1.3% and its split -6.4% (run
+    X, ``results/README.md``). Timed as the worker's are, right after another process's steps,
+    the step here ran 14% slower than the steady state. This process holds a second copy of the
+    variables meanwhile.
     """
     import tensorflow as tf
 
