@@ -648,8 +648,8 @@ class SideBySideProfile:
     and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`);
     ``kind`` is the CPU device kind its steps run as. ``here``, a session of the same graph in this
     process, takes untraced steps of its own before the session's, back to back in the steady
-    state as the profiler's does (:func:`tfplace.estimator.profiler.profile_graph`): the step on a
-    virtual CPU."""
+    state as the profiler's does (:func:`tfplace.estimator.profiler.profile_graph`; here before
+    every traced step, the profiler before every third): the step on a virtual CPU."""
 
     session: Any
     fetches: Any

@@ -235,7 +235,7 @@ def test_the_untraced_step_before_each_traced_one_is_timed_and_kept_per_batch_si
     assert (stored.untraced_step_times, stored.process) == (result.untraced_step_times, "worker")
 
 
-def test_a_worker_profile_times_this_processs_steady_steps_before_the_workers_untraced_ones(
+def test_a_worker_profile_times_this_processs_steady_step_before_its_first_traced_step_and_every_third(
     monkeypatch, unperturbed, quiet_scheduler
 ):
     order = []
@@ -253,11 +253,12 @@ def test_a_worker_profile_times_this_processs_steady_steps_before_the_workers_un
     monkeypatch.setattr(profiler, "timed_step", timed_step)
     monkeypatch.setattr(profiler, "back_to_back_seconds", back_to_back_seconds)
     graph, train = dense_graph()
-    policy = RepeatPolicy(max_steps=2, outlier_factor=math.inf, sessions=1)
+    policy = RepeatPolicy(max_steps=4, outlier_factor=math.inf, sessions=1)
     result = profile_graph(
-        graph, train, dense_feeds, batch_sizes=(1,), warmup_steps=0, traced_steps=2, repeats=policy
+        graph, train, dense_feeds, batch_sizes=(1,), warmup_steps=0, traced_steps=4, repeats=policy
     )
-    assert order == ["this process, back to back", "worker"] * 2
+    steady = "this process, back to back"
+    assert order == [steady, "worker", "worker", "worker", steady, "worker"]
     assert result.untraced_steps(1) == {"loopback": pytest.approx(0.01), "virtual": pytest.approx(0.02)}
 
 

@@ -109,6 +109,7 @@ from tfplace.tf_graph.step_stats import OpTrace, collect_op_traces, output_shape
 
 __all__ = [
     "CPU_RUNTIME_VARIABLES",
+    "STEADY_STEPS_EVERY",
     "TIME_FLOOR",
     "UNTRACED_BEFORE_TRACE",
     "OpCost",
@@ -135,6 +136,14 @@ real step: the small NMT's kernels summed 3.8-4.3 ms in consecutive traced steps
 one untraced step and 3.0-3.5 ms after two, against 3.2-3.4 ms of the whole untraced step; the
 small Transformer's 16.9-18.6, 16.2 and 14.5-16.9 ms against 13.3-13.8 (session 12; more than two
 did not bring either lower). Tensor Holography's large kernels did not move (10.2-10.7 ms)."""
+
+STEADY_STEPS_EVERY = 3
+"""A worker's profile times this process's steady step (eight untimed and two timed steps,
+:func:`~tfplace.estimator.step_timing.back_to_back_seconds`) before the first traced step of
+each batch size in each session and every third after it. Before every one, the profiles of
+``benchmarks/estimation_accuracy.py`` took 2.1-2.5 times as long (Inception V3 407 s against
+161, the NMT 190 against 101, session 32); the step's statistic needs a few samples per batch
+size, not one per traced step."""
 
 CPU_RUNTIME_VARIABLES = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_ENABLE_ONEDNN_OPTS")
 """Environment variables that change what a CPU op costs, part of a profile's key when set:
@@ -576,8 +585,8 @@ def _measure(
 
     Beside a worker's session a session of the same graph runs in this process (its allocator and
     threads, as the user's own steps run), and before each of the worker's untraced steps of a
-    batch size takes untraced steps of its own, timed back to back in the steady state a training
-    job runs in as the calibration times them
+    batch size (:data:`STEADY_STEPS_EVERY`) takes untraced steps of its own, timed back to back in
+    the steady state a training job runs in as the calibration times them
     (:func:`~tfplace.estimator.step_timing.back_to_back_seconds`): the step on a virtual CPU
     (:data:`~tfplace.estimator.profiling_process.PROFILED_KIND`).
     What a step costs beyond its traced ops depends on the process as well as on the graph: on
@@ -616,7 +625,7 @@ def _measure(
             with Progress(label, each.most_steps(fewest) * len(feeds)) as progress:
                 while not all(done.values()):
                     for b in interleaved_rounds(list(feeds), done):
-                        if here is not None:
+                        if here is not None and not steps[b].sessions.count(index) % STEADY_STEPS_EVERY:
                             steadily = back_to_back_seconds(here, fetches, feeds[b])
                             steps[b].untraced.setdefault(here_kind, []).extend(steadily)
                         session.run(fetches, feed_dict=feeds[b])  # after another session's step
