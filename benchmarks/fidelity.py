@@ -647,10 +647,9 @@ class SideBySideProfile:
     ``tasks`` is then that process's ``/proc/<pid>/task``, whose TensorFlow threads run the ops
     and whose preemptions are counted (:func:`~tfplace.estimator.thread_accounting.tensorflow_threads`);
     ``kind`` is the CPU device kind its steps run as. ``here``, a session of the same graph in this
-    process, is the step on a virtual CPU. Before each traced step each of them, ``here`` first,
-    takes untraced steps timed back to back in the steady state, as the profiler's sessions do
-    (:func:`tfplace.estimator.profiler.profile_graph`; here before every traced step, the
-    profiler before every third)."""
+    process, takes untraced steps of its own before the session's, back to back in the steady
+    state as the profiler's does (:func:`tfplace.estimator.profiler.profile_graph`; here before
+    every traced step, the profiler before every third): the step on a virtual CPU."""
 
     session: Any
     fetches: Any
@@ -668,7 +667,7 @@ class SideBySideProfile:
     def step(self) -> None:
         """One traced step after ``untraced_before`` untraced ones (by default the profiler's
         :data:`~tfplace.estimator.profiler.UNTRACED_BEFORE_TRACE`, as the profiler takes them), in
-        the session whose share of ``total_steps`` it falls in, after both sessions' steady steps;
+        the session whose share of ``total_steps`` it falls in, ``here``'s as many before them;
         its op traces, wall-clock seconds and the preemptions of TensorFlow's threads during it
         kept (:mod:`tfplace.estimator.thread_accounting`)."""
         from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
@@ -677,14 +676,14 @@ class SideBySideProfile:
         session = self.session_of(len(self.steps.wall))
         if self.steps.sessions and session != self.steps.sessions[-1]:
             self.session, self.tasks = self.reopen()  # type: ignore[misc]  # session_of checks it
-        steady = [(self.kind, self.session)]
         if self.here is not None:
-            steady.insert(0, (PROFILED_KIND["this"], self.here))
-        for kind, steady_session in steady:
-            steadily = back_to_back_seconds(steady_session, self.fetches, self.feeds)
-            self.steps.untraced.setdefault(kind, []).extend(steadily)
-        for _ in range(self.untraced_before):
+            steadily = back_to_back_seconds(self.here, self.fetches, self.feeds)
+            self.steps.untraced.setdefault(PROFILED_KIND["this"], []).extend(steadily)
+        for index in range(self.untraced_before):
+            start = time.perf_counter()
             self.session.run(self.fetches, self.feeds)
+            if index:  # the first follows other sessions' steps; the others run back to back
+                self.steps.untraced.setdefault(self.kind, []).append(time.perf_counter() - start)
         threads = tensorflow_threads(self.tasks)
         start = time.perf_counter()
         metadata = traced_step(self)

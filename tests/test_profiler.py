@@ -213,10 +213,15 @@ def test_a_step_far_slower_than_the_others_is_dropped_with_its_op_times(
     assert result.step_times == {1: pytest.approx(0.1), 2: pytest.approx(0.1)}
 
 
-def test_the_steady_untraced_step_is_timed_and_kept_per_batch_size_and_kind(
+def test_the_untraced_step_before_each_traced_one_is_timed_and_kept_per_batch_size(
     monkeypatch, unperturbed, quiet_scheduler
 ):
+    def timed_step(session, fetch, feeds):
+        session.run(fetch, feeds)
+        return 0.04
+
     monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    monkeypatch.setattr(profiler, "timed_step", timed_step)
     monkeypatch.setattr(profiler, "back_to_back_seconds", lambda session, fetch, feeds: [0.04, 0.04])
     graph, train = dense_graph()
     policy = RepeatPolicy(max_steps=3, outlier_factor=math.inf, sessions=1)
@@ -230,28 +235,30 @@ def test_the_steady_untraced_step_is_timed_and_kept_per_batch_size_and_kind(
     assert (stored.untraced_step_times, stored.process) == (result.untraced_step_times, "worker")
 
 
-def test_a_worker_profile_times_both_processes_steady_steps_before_its_first_traced_step_and_every_third(
+def test_a_worker_profile_times_this_processs_steady_step_before_its_first_traced_step_and_every_third(
     monkeypatch, unperturbed, quiet_scheduler
 ):
     order = []
 
-    def back_to_back_seconds(session, fetch, feeds):
+    def timed_step(session, fetch, feeds):
         order.append("worker" if session.sess_str else "this process")
-        return [0.01, 0.01] if session.sess_str else [0.02, 0.02]
+        session.run(fetch, feeds)
+        return 0.01
 
-    def traces(metadata, ops, op_inputs):
-        order.append("traced")
-        return fixed_traces(metadata, ops, op_inputs)
+    def back_to_back_seconds(session, fetch, feeds):
+        order.append("worker" if session.sess_str else "this process, back to back")
+        return [0.02, 0.02]
 
-    monkeypatch.setattr(profiler, "collect_op_traces", traces)
+    monkeypatch.setattr(profiler, "collect_op_traces", fixed_traces)
+    monkeypatch.setattr(profiler, "timed_step", timed_step)
     monkeypatch.setattr(profiler, "back_to_back_seconds", back_to_back_seconds)
     graph, train = dense_graph()
     policy = RepeatPolicy(max_steps=4, outlier_factor=math.inf, sessions=1)
     result = profile_graph(
         graph, train, dense_feeds, batch_sizes=(1,), warmup_steps=0, traced_steps=4, repeats=policy
     )
-    steady = ["this process", "worker"]
-    assert order == [*steady, "traced", "traced", "traced", *steady, "traced"]
+    steady = "this process, back to back"
+    assert order == [steady, "worker", "worker", "worker", steady, "worker"]
     assert result.untraced_steps(1) == {"loopback": pytest.approx(0.01), "virtual": pytest.approx(0.02)}
 
 

@@ -93,7 +93,7 @@ from tfplace.estimator.statistics import (
     weighted_relative_error,
     without_preemption,
 )
-from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic
+from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 from tfplace.estimator.thread_accounting import preemptions_between, tensorflow_threads
 from tfplace.tf_graph.fetches import (
     as_graph,
@@ -138,10 +138,9 @@ small Transformer's 16.9-18.6, 16.2 and 14.5-16.9 ms against 13.3-13.8 (session 
 did not bring either lower). Tensor Holography's large kernels did not move (10.2-10.7 ms)."""
 
 STEADY_STEPS_EVERY = 3
-"""The profiler times each session's steady step (eight untimed and two timed steps,
+"""A worker's profile times this process's steady step (eight untimed and two timed steps,
 :func:`~tfplace.estimator.step_timing.back_to_back_seconds`) before the first traced step of
-each batch size in each session and every third after it. Timing this process's before every
-one, the profiles of
+each batch size in each session and every third after it. Before every one, the profiles of
 ``benchmarks/estimation_accuracy.py`` took 2.1-2.5 times as long (Inception V3 407 s against
 161, the NMT 190 against 101, session 32); the step's statistic needs a few samples per batch
 size, not one per traced step."""
@@ -157,7 +156,7 @@ within 0.25 us, but ``benchmarks/fidelity.py``'s real steps ran up to 13% slower
 worker process under it (:mod:`tfplace.estimator.profiling_process`, session 19); these variables
 of the process profiled in still key the profile."""
 
-_PROFILE_FORMAT = 13
+_PROFILE_FORMAT = 12
 """Version of :meth:`ProfileSet.to_dict`'s document, part of the cache key. 2: costs record
 aliased outputs, and a view's output size is its own (profiles of format 1 lack both). 3: the
 temporary memory of a lowered loop is what its runtime nodes allocated, not every output they
@@ -172,9 +171,7 @@ not the median. 10: a CPU op's compute time is its kernels' time, without the no
 around them (:func:`~tfplace.tf_graph.step_stats.node_kernel_time`), and each traced step follows
 :data:`UNTRACED_BEFORE_TRACE` untraced ones. 11: the untraced steps are timed too
 (:attr:`ProfileSet.untraced_step_times`) and the profile says where it ran (``process``). 12: a
-profile on a worker times the untraced steps in this process too, per CPU device kind. 13: each
-session's untraced steps are timed back to back in the steady state, the worker's as this
-process's."""
+profile on a worker times the untraced steps in this process too, per CPU device kind."""
 
 
 @dataclass(frozen=True)
@@ -240,10 +237,11 @@ class ProfileSet:
     untraced_step_times : dict of str to dict of int to float
         Per CPU device kind the steps ran as (:data:`~tfplace.core.device_model.CPU_KINDS`: the
         profiling worker's ``"loopback"``, this process's ``"virtual"``) and batch size, the whole
-        untraced step: :func:`~tfplace.estimator.step_timing.step_statistic` of each session's
-        steps timed back to back in the steady state between the traced ones
-        (:data:`STEADY_STEPS_EVERY`); what the step costs beyond its ops' traced times
-        (:meth:`untraced_steps`).
+        untraced step: :func:`~tfplace.estimator.step_timing.step_statistic` of the worker's
+        untraced steps before the traced ones that ran back to back with another of their batch
+        size (all of :data:`UNTRACED_BEFORE_TRACE` but the first), and of this process's steps
+        timed back to back in the steady state beside them; what the step costs beyond its ops'
+        traced times (:meth:`untraced_steps`).
     process : {"worker", "this"}
         Where the steps ran (:mod:`tfplace.estimator.profiling_process`).
     time_errors : dict of int to dict of str to float
@@ -484,8 +482,8 @@ class TracedSteps:
     """Traced steps of one batch size: each step's traces, wall-clock seconds, preemptions and
     the session (its number) that ran it, reduced per op as the profiler reduces them
     (:meth:`statistics`); and per CPU device kind the steps ran as
-    (:data:`~tfplace.core.device_model.CPU_KINDS`), the seconds of the untraced steps timed back to
-    back between them (``untraced``)."""
+    (:data:`~tfplace.core.device_model.CPU_KINDS`), the seconds of the untraced steps before them
+    that followed another untraced step of theirs (``untraced``)."""
 
     traces: list[dict[str, OpTrace]] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
@@ -586,17 +584,17 @@ def _measure(
     model's profile by the number of batch sizes.
 
     Beside a worker's session a session of the same graph runs in this process (its allocator and
-    threads, as the user's own steps run): the step on a virtual CPU
-    (:data:`~tfplace.estimator.profiling_process.PROFILED_KIND`). Before some of the traced steps
-    (:data:`STEADY_STEPS_EVERY`) each session, this process's first, takes untraced steps timed
-    back to back in the steady state a training job runs in, as the calibration times them
-    (:func:`~tfplace.estimator.step_timing.back_to_back_seconds`).
+    threads, as the user's own steps run), and before each of the worker's untraced steps of a
+    batch size (:data:`STEADY_STEPS_EVERY`) takes untraced steps of its own, timed back to back in
+    the steady state a training job runs in as the calibration times them
+    (:func:`~tfplace.estimator.step_timing.back_to_back_seconds`): the step on a virtual CPU
+    (:data:`~tfplace.estimator.profiling_process.PROFILED_KIND`).
     What a step costs beyond its traced ops depends on the process as well as on the graph: on
     session 31's VM the small NMT's step took 1.7 ms (0.44 us per op) more on a worker than here,
     where the calibration's chains put the two 0.035 us per op apart, and its virtual fidelity rows
     came out +21..+30% (run W); with the step timed here, -0.6% and -1.3% and its split -6.4% (run
-    X, ``results/README.md``). Timed right after another process's steps, the step here ran 14%
-    slower than the steady state, and the worker's one-worker rows of the NMT came out +6..+8%. This process holds a second copy of the
+    X, ``results/README.md``). Timed as the worker's are, right after another process's steps,
+    the step here ran 14% slower than the steady state. This process holds a second copy of the
     variables meanwhile.
     """
     import tensorflow as tf
@@ -617,8 +615,7 @@ def _measure(
             if process == "worker":
                 here, own_tasks = stack.enter_context(profiling_session(graph, config, "this"))
                 stack.enter_context(raised_priority(own_tasks, policy.niceness))
-            steady = [(kind, session)] if here is None else [(here_kind, here), (kind, session)]
-            for _, each_session in steady:
+            for each_session in (session, here) if here is not None else (session,):
                 if initializer:
                     each_session.run(initializer)
                 for _batch_size, feed in track(feeds.items(), "profiling warm-up", detail=_batch):
@@ -628,12 +625,13 @@ def _measure(
             with Progress(label, each.most_steps(fewest) * len(feeds)) as progress:
                 while not all(done.values()):
                     for b in interleaved_rounds(list(feeds), done):
-                        if not steps[b].sessions.count(index) % STEADY_STEPS_EVERY:
-                            for steady_kind, steady_session in steady:
-                                steadily = back_to_back_seconds(steady_session, fetches, feeds[b])
-                                steps[b].untraced.setdefault(steady_kind, []).extend(steadily)
-                        for _ in range(UNTRACED_BEFORE_TRACE):
-                            session.run(fetches, feed_dict=feeds[b])
+                        if here is not None and not steps[b].sessions.count(index) % STEADY_STEPS_EVERY:
+                            steadily = back_to_back_seconds(here, fetches, feeds[b])
+                            steps[b].untraced.setdefault(here_kind, []).extend(steadily)
+                        session.run(fetches, feed_dict=feeds[b])  # after another session's step
+                        times = steps[b].untraced.setdefault(kind, [])
+                        for _ in range(UNTRACED_BEFORE_TRACE - 1):
+                            times.append(timed_step(session, fetches, feeds[b]))
                         metadata = tf.compat.v1.RunMetadata()
                         threads = tensorflow_threads(tasks)
                         start = time.perf_counter()
