@@ -174,10 +174,11 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer(
     "link_probe_steps",
-    5,
-    "On loopback workers, relaying steps of each probe of the link's CPU per transfer "
-    "(tfplace.estimator.calibration.relay_probe), one probe beside each side-by-side profile step: the "
-    "copy_b the rows are simulated with, measured side by side with the runs (0: the calibration's).",
+    10,
+    "On loopback workers, steps of each probe of the link's CPU per transfer (a split training step "
+    "against the same step on one worker, tfplace.estimator.calibration.split_probe), one probe beside "
+    "each side-by-side profile step: the copy_b the rows are simulated with, measured side by side "
+    "with the runs (0: the calibration's).",
 )
 flags.DEFINE_integer(
     "runs",
@@ -567,40 +568,39 @@ def interleaved_steps(
 @dataclasses.dataclass
 class SideBySideLink:
     """The loopback link's CPU per transfer (``copy_b``) probed on the workers while their
-    placements run (:func:`~tfplace.estimator.calibration.relay_probe`, ``--link_probe_steps``
-    relaying steps a probe), as the profile is taken again beside them.
+    placements run (:func:`~tfplace.estimator.calibration.split_probe`, ``--link_probe_steps``
+    steps a probe), as the profile is taken again beside them.
 
     A loopback split's step moves with what a transfer costs the workers' processors, and that
-    moves with the machine: one session's probes read 88-155 us per side on session 26's VM, and
-    the loopback splits' simulated steps move by about 0.45% per microsecond of ``copy_b``; a
-    calibration minutes before compares two speeds of it. The median probe (less the calibrated
-    per-byte CPU of the probe's 1 KiB) replaces the calibrated ``copy_b`` (:func:`with_copy_b`)."""
+    moves with the machine: one session's relay probes read 88-155 us per side on session 26's
+    VM, and the loopback splits' simulated steps move by about 0.45% per microsecond of
+    ``copy_b``; a calibration minutes before compares two speeds of it. The median probe (less
+    the calibrated per-byte CPU of the probe's mean tensor) replaces the calibrated ``copy_b``
+    (:func:`with_copy_b`)."""
 
-    probe: Callable[[int], float]
+    probe: Any
     copy_k: float
     samples: list[float] = dataclasses.field(default_factory=list)
 
     def step(self) -> None:
-        """One probe of ``--link_probe_steps`` relaying steps."""
+        """One probe of ``--link_probe_steps`` steps."""
         self.samples.append(self.probe(FLAGS.link_probe_steps))
 
     def copy_b(self) -> float:
-        """The median probe less ``copy_k`` for its 1 KiB, at least 0."""
-        from tfplace.estimator.calibration import RELAYED_BYTES
-
-        return max(statistics.median(self.samples) - self.copy_k * RELAYED_BYTES, 0.0)
+        """The median probe less ``copy_k`` for the probe's mean tensor, at least 0."""
+        return max(statistics.median(self.samples) - self.copy_k * self.probe.mean_bytes, 0.0)
 
 
 def open_link(stack, calibration, cluster) -> SideBySideLink | None:
     """A :class:`SideBySideLink` between ``cluster``'s first two workers (closed with ``stack``);
     ``None`` without a second worker or with ``--link_probe_steps=0``."""
-    from tfplace.estimator.calibration import relay_probe
+    from tfplace.estimator.calibration import split_probe
 
     if cluster.num_workers < 2 or FLAGS.link_probe_steps < 1:
         return None
     config, target = run_config("loopback", cluster, calibration)
     probe = stack.enter_context(
-        relay_probe(
+        split_probe(
             cluster.device(0), cluster.device(1), cluster.pids[:2], target=target, config=config, reset=False
         )
     )
@@ -608,14 +608,10 @@ def open_link(stack, calibration, cluster) -> SideBySideLink | None:
 
 
 def with_copy_b(calibration, kind: str, copy_b: float):
-    """``calibration`` with ``kind``'s link costing its devices ``copy_b`` per transfer sent alone (at
-    most the link's ``b``, the whole of a transfer alone). The part tensors sent together share
-    (``copy_b_shared``) keeps its calibrated fraction of ``copy_b``: the probe times a tensor sent
-    alone, and both move with the machine's speed."""
+    """``calibration`` with ``kind``'s link costing its devices ``copy_b`` per transfer (at most the
+    link's ``b``, the whole of a transfer alone)."""
     model = calibration.process(kind)
-    probed = min(copy_b, model.link.b)
-    fraction = model.link.copy_b_shared / model.link.copy_b if model.link.copy_b else 0.0
-    link = dataclasses.replace(model.link, copy_b=probed, copy_b_shared=fraction * probed)
+    link = dataclasses.replace(model.link, copy_b=min(copy_b, model.link.b))
     return dataclasses.replace(
         calibration, processes={**calibration.processes, kind: dataclasses.replace(model, link=link)}
     )

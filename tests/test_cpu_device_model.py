@@ -31,7 +31,6 @@ from tfplace.estimator.calibration import (
     pooled_fits,
     pooled_links,
     profiled_sum,
-    shared_copy_cpu,
 )
 from tfplace.simulator import simulate
 
@@ -521,25 +520,15 @@ def test_the_per_op_overhead_needs_chains_of_two_lengths():
         fit_op_overhead(timed_chains([460, 460]))
 
 
-def test_the_shared_copy_cpu_is_what_a_burst_saves_per_tensor_under_the_simulators_batch_rule():
-    # alone 120 us, 50 us each in a burst of 64: 120 - shared * (1 - 1/64) = 50
-    shared = shared_copy_cpu(120e-6, 50e-6, 64)
-    assert 120e-6 - shared * (1 - 1 / 64) == pytest.approx(50e-6)
-    assert shared_copy_cpu(120e-6, 130e-6, 64) == 0.0  # a burst that cost more shares nothing
-    assert shared_copy_cpu(120e-6, 0.0, 2) == pytest.approx(120e-6)  # at most the whole copy_b
-    with pytest.raises(ValueError, match="at least 2 tensors, got 1"):
-        shared_copy_cpu(120e-6, 50e-6, 1)
-
-
 def test_pooled_links_take_each_parameters_median_so_one_fit_in_a_busy_moment_does_not_set_them():
     quiet = [
-        TransferModel(k=0.5e-9, b=250e-6, name="loopback", copy_k=0.3e-9, copy_b=85e-6, copy_b_shared=50e-6),
-        TransferModel(k=0.6e-9, b=260e-6, name="other", copy_k=0.3e-9, copy_b=90e-6, copy_b_shared=55e-6),
+        TransferModel(k=0.5e-9, b=250e-6, name="loopback", copy_k=0.3e-9, copy_b=85e-6),
+        TransferModel(k=0.6e-9, b=260e-6, name="other", copy_k=0.3e-9, copy_b=90e-6),
     ]
-    busy = TransferModel(k=0.5e-9, b=413e-6, name="busy", copy_k=0.4e-9, copy_b=164e-6, copy_b_shared=120e-6)
+    busy = TransferModel(k=0.5e-9, b=413e-6, name="busy", copy_k=0.4e-9, copy_b=164e-6)
     pooled = pooled_links([quiet[0], busy, quiet[1]])
-    assert (pooled.b, pooled.copy_b, pooled.copy_b_shared, pooled.k, pooled.copy_k) == pytest.approx(
-        (260e-6, 90e-6, 55e-6, 0.5e-9, 0.3e-9)
+    assert (pooled.b, pooled.copy_b, pooled.k, pooled.copy_k) == pytest.approx(
+        (260e-6, 90e-6, 0.5e-9, 0.3e-9)
     )
     assert pooled.name == "loopback"
     with pytest.raises(ValueError, match="at least one"):

@@ -136,10 +136,10 @@ def test_a_link_latency_and_copy_cost_are_kept_when_saved():
         TransferModel(k=1e-9, b=1e-4, copy_k=2e-9)
     with pytest.raises(ValueError, match="copy_b <= b"):
         TransferModel(k=1e-9, b=1e-4, copy_b=2e-4)
-    batching = TransferModel(k=1e-9, b=2e-4, copy_b=1.2e-4, copy_b_shared=0.7e-4)
-    assert TransferModel.from_dict(batching.to_dict()) == batching
-    with pytest.raises(ValueError, match="copy_b_shared <= copy_b"):
-        TransferModel(k=1e-9, b=2e-4, copy_b=1e-4, copy_b_shared=1.5e-4)
+    copying = TransferModel(k=1e-9, b=2e-4, copy_b=1.2e-4)
+    assert TransferModel.from_dict(copying.to_dict()) == copying
+    # calibration format 8 stored the part of copy_b that tensors sent together shared; it is not read
+    assert TransferModel.from_dict({**copying.to_dict(), "copy_b_shared": 0.7e-4}) == copying
 
 
 def test_a_tensor_arrives_after_the_links_latency_or_after_the_rest_of_b_once_the_devices_copied_it():

@@ -140,18 +140,6 @@ def test_a_side_by_side_copy_b_is_at_most_the_links_whole_cost_of_a_transfer() -
     assert with_copy_b(CALIBRATION, "virtual", 1e-6).process("virtual").link.copy_b == 1e-6
 
 
-def test_a_side_by_side_copy_b_keeps_the_calibrated_fraction_that_tensors_sent_together_share() -> None:
-    model = CALIBRATION.process("virtual")
-    batching = dataclasses.replace(
-        CALIBRATION,
-        processes={
-            "virtual": dataclasses.replace(model, link=dataclasses.replace(model.link, copy_b_shared=3e-6))
-        },
-    )
-    link = with_copy_b(batching, "virtual", 2.5e-6).process("virtual").link
-    assert (link.copy_b, link.copy_b_shared) == pytest.approx((2.5e-6, 1.5e-6))  # 3/5 of it
-
-
 def test_a_what_if_changes_the_simulated_steps_and_only_the_kind_it_names(tmp_path: Path) -> None:
     _, steps = saved_pass(tmp_path)
     costlier = changed(
@@ -187,7 +175,7 @@ def test_the_summary_counts_rows_within_five_percent_per_pass_and_in_the_median_
         ("op_overhead=1", "kind.field=value"),
         ("virtual.threads.x=1", "kind.field=value"),
         ("virtual.op_overhed=1", "op_overhead, step_overhead, threads"),
-        ("virtual.link.speed=1", "b, copy_b, copy_b_shared, copy_k, k, latency"),
+        ("virtual.link.speed=1", "b, copy_b, copy_k, k, latency"),
         ("gpu.op_overhead=1", "the kinds are virtual, loopback"),
         ("virtual.op_overhead=abc", "'virtual.op_overhead': 'abc' is not a number"),
         ("virtual.step_overhead=nan", "'virtual.step_overhead': 'nan' is not a number"),

@@ -234,8 +234,8 @@ def test_a_transfer_done_by_the_devices_alone_takes_k_bytes_plus_b_and_holds_the
     assert (sent.start, sent.end) == (pytest.approx(1), pytest.approx(1 + 0.5 + 4 * 0.5))
 
 
-#: The devices copy: each side holds 4 s per tensor sent alone, of which 3 s tensors sent together share.
-BATCHING = TransferModel(k=0.0, b=5.0, copy_b=4.0, copy_b_shared=3.0)
+#: The devices copy: each side holds 4 s per tensor; 1 s more until it arrives.
+COPYING = TransferModel(k=0.0, b=5.0, copy_b=4.0)
 
 
 #: p0..p3 compute 1 s each; their consumers q0..q3 none, so that no op holds a receiving device.
@@ -246,30 +246,23 @@ def copy_durations(result):
     return [task.end - task.start for task in sorted(result.schedule.transfers, key=lambda task: task.start)]
 
 
-def test_tensors_queued_together_for_one_device_share_the_per_tensor_copy_work():
+def test_tensors_queued_together_each_hold_both_sides_the_whole_copy_b():
     # p0..p3 (GPU:0) each send a tensor to q0..q3 (GPU:1, no compute); the sends queue behind the
-    # ops and go as a batch of 4: each side holds copy_b - copy_b_shared * (1 - 1/4) = 1.75 s
+    # ops and then run one after another on the sender, 4 s each
     graph = graph_from_edges([(f"p{i}", f"q{i}", 4) for i in range(4)], compute=RECEIVERS_IDLE)
     assignment = {**{f"p{i}": 0 for i in range(4)}, **{f"q{i}": 1 for i in range(4)}}
-    result = simulate(graph, placed(graph, assignment), gpus(intra_host=BATCHING), record=True)
-    assert transfer_starts(result) == pytest.approx([4, 5.75, 7.5, 9.25])
-    assert copy_durations(result) == pytest.approx([1.75] * 4)
+    result = simulate(graph, placed(graph, assignment), gpus(intra_host=COPYING), record=True)
+    assert transfer_starts(result) == pytest.approx([4, 8, 12, 16])
+    assert copy_durations(result) == pytest.approx([4.0] * 4)
+    assert result.makespan == pytest.approx(16 + 4 + 1)
 
 
-def test_a_tensor_sent_alone_holds_each_side_the_whole_copy_b():
-    # a relay: o0 (GPU:0) -> o1 (GPU:1) -> o2 (GPU:0), each hop a batch of one
+def test_a_relayed_tensor_holds_each_side_copy_b_and_arrives_the_rest_of_b_later():
+    # a relay: o0 (GPU:0) -> o1 (GPU:1) -> o2 (GPU:0)
     graph = chain_graph([1, 1, 1], [4, 4])
-    result = simulate(graph, np.array([0, 1, 0]), gpus(intra_host=BATCHING), record=True)
+    result = simulate(graph, np.array([0, 1, 0]), gpus(intra_host=COPYING), record=True)
     assert copy_durations(result) == pytest.approx([4.0, 4.0])
     assert result.makespan == pytest.approx(3 + 2 * (4.0 + 1.0))
-
-
-def test_sends_to_different_devices_form_batches_of_their_own():
-    # p0, p1 send to GPU:1 and p2, p3 to GPU:2: two batches of 2, 4 - 3 / 2 = 2.5 s each
-    graph = graph_from_edges([(f"p{i}", f"q{i}", 4) for i in range(4)], compute=RECEIVERS_IDLE)
-    assignment = {**{f"p{i}": 0 for i in range(4)}, "q0": 1, "q1": 1, "q2": 2, "q3": 2}
-    result = simulate(graph, placed(graph, assignment), gpus(3, intra_host=BATCHING), record=True)
-    assert copy_durations(result) == pytest.approx([2.5] * 4)
 
 
 def test_devices_sharing_one_core_run_one_op_at_a_time():

@@ -56,8 +56,7 @@ def calibration_table(calibration: CpuCalibration) -> str:
             f"  {kind}: {model.op_overhead * 1e6:+.3f} us per op{_fits_range(model)}, "
             f"{format_seconds(model.step_overhead)} per "
             f"step and process, {model.threads} ops at once per process; link {link.b * 1e6:.1f} us + "
-            f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B, "
-            f"{link.copy_b_shared * 1e6:.1f} us of it shared by tensors sent together); "
+            f"{link.k * 1e9:.3f} ns/B (CPU on each side {link.copy_b * 1e6:.1f} us + {link.copy_k * 1e9:.3f} ns/B); "
             f"feeds {feed.per_step * 1e6:.1f} us per step + {feed.per_tensor * 1e6:.1f} us per tensor + "
             f"{feed.per_byte * 1e9:.3f} ns/B"
         )

@@ -234,8 +234,12 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 8
-"""Version of a stored :class:`CpuCalibration`. 8 (session 31): a loopback link's
+CALIBRATION_FORMAT = 9
+"""Version of a stored :class:`CpuCalibration`. 9 (session 33): a loopback link's ``copy_b`` is
+the CPU per tensor and side of a training step split between two workers
+(:func:`tfplace.estimator.calibration.split_probe`), and tensors sent together share none of it
+(format 8's ``copy_b_shared`` is ignored): the small models' splits spent 83-96 us per tensor
+and side whatever their mix of hops and bursts, where the batch rule charged them 42-63. 8 (session 31): a loopback link's
 ``copy_b_shared``, the part of a transfer's CPU that tensors sent together share
 (:func:`tfplace.estimator.calibration.calibrate_copy_cpu`); an older file charges every transfer
 the whole ``copy_b``. Its ``MatMul`` row blocks are timed on the kernels, without the session

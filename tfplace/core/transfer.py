@@ -55,16 +55,6 @@ class TransferModel:
         loopback here); part of ``b`` (``0 <= copy_b <= b``). With ``copy_k``, a device is held
         ``copy_b + copy_k * bytes`` and the tensor arrives ``b - copy_b + (k - copy_k) * bytes``
         after both copies end.
-    copy_b_shared : float
-        The part of ``copy_b`` that tensors sent together from one device to another share
-        (``0 <= copy_b_shared <= copy_b``): a tensor in a batch of ``m`` (the sends to the same
-        device queued when its device turns to them, rule 2 of :mod:`tfplace.simulator.engine`)
-        holds each side ``copy_k * bytes + copy_b - copy_b_shared * (1 - 1 / m)``. On loopback
-        gRPC on session 31's AMD VM, a tensor of 1 KiB relayed back and forth cost each side
-        108-128 us of CPU, one of 64 sent at once 33-58 us
-        (:func:`tfplace.estimator.calibration.calibrate_copy_cpu` measures both), one of a stream
-        of tensors 23-320 us apart about as much as in a burst. ``0`` (the default): every
-        transfer costs ``copy_b``.
     """
 
     k: float
@@ -73,7 +63,6 @@ class TransferModel:
     latency: float = 0.0
     copy_k: float = 0.0
     copy_b: float = 0.0
-    copy_b_shared: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.k >= 0 and self.b >= 0):
@@ -87,11 +76,6 @@ class TransferModel:
         if not 0 <= self.copy_b <= self.b:
             raise ValueError(
                 f"transfer model {self.name!r} needs 0 <= copy_b <= b, got copy_b={self.copy_b}, b={self.b}"
-            )
-        if not 0 <= self.copy_b_shared <= self.copy_b:
-            raise ValueError(
-                f"transfer model {self.name!r} needs 0 <= copy_b_shared <= copy_b, "
-                f"got copy_b_shared={self.copy_b_shared}, copy_b={self.copy_b}"
             )
         if not 0 <= self.latency <= self.b:
             raise ValueError(
@@ -161,8 +145,8 @@ class TransferModel:
         return PRESETS["pcie3_x16"]
 
     def to_dict(self) -> dict[str, float | str]:
-        """``k``, ``b``, ``name``; ``latency``, ``copy_k``, ``copy_b`` and ``copy_b_shared`` when
-        they are not 0."""
+        """``k``, ``b``, ``name``; ``latency``, ``copy_k`` and ``copy_b`` when they are not 0 (a
+        stored ``copy_b_shared`` of calibration format 8 is not read back)."""
         spec: dict[str, float | str] = {"k": self.k, "b": self.b, "name": self.name}
         if self.latency:
             spec["latency"] = self.latency
@@ -170,8 +154,6 @@ class TransferModel:
             spec["copy_k"] = self.copy_k
         if self.copy_b:
             spec["copy_b"] = self.copy_b
-        if self.copy_b_shared:
-            spec["copy_b_shared"] = self.copy_b_shared
         return spec
 
     @classmethod
@@ -183,7 +165,6 @@ class TransferModel:
             latency=float(spec.get("latency", 0.0)),
             copy_k=float(spec.get("copy_k", 0.0)),
             copy_b=float(spec.get("copy_b", 0.0)),
-            copy_b_shared=float(spec.get("copy_b_shared", 0.0)),
         )
 
 

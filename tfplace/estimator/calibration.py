@@ -41,17 +41,18 @@ from tfplace.core.transfer import TransferModel
 from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic, timed_step
 
 __all__ = [
-    "BURST_TENSORS",
     "DEFAULT_CHAINS",
     "DEFAULT_COUNTS",
     "DEFAULT_FITS",
     "DEFAULT_LINK_FITS",
     "DEFAULT_SIZES",
-    "RELAYED_BYTES",
+    "DEFAULT_SPLIT",
     "STEADY_STATE_STEPS",
     "ChainShape",
     "CopyCpu",
     "OverheadFit",
+    "SplitProbe",
+    "SplitShape",
     "StepTiming",
     "calibrate_copy_cpu",
     "calibrate_cpu",
@@ -70,9 +71,8 @@ __all__ = [
     "process_cpu_seconds",
     "profiled_run_config",
     "profiled_sum",
-    "relay_probe",
-    "shared_copy_cpu",
     "slope_per_count",
+    "split_probe",
     "time_concurrent_transfers",
     "time_step_overheads",
     "time_traced_and_untraced",
@@ -92,23 +92,28 @@ HANDOFF_COUNTS: tuple[int, ...] = (16, 64, 128)
 _CONCURRENT_BYTES = 1024
 """Size of each tensor :func:`time_concurrent_transfers` sends."""
 
-RELAYED_BYTES = _CONCURRENT_BYTES
-"""Size of the tensor :func:`relay_probe` relays."""
 
-BURST_TENSORS = 64
-"""Tensors of 1 KiB :func:`calibrate_copy_cpu` sends at once to measure what tensors sent together
-share (``copy_b_shared``). On session 31's AMD VM, against a tensor relayed alone, 4 at once shared
--14..30 us of it per side, 16 at once 58-76 us, 64 and 128 at once 63-84 us; about nine in ten
-of the loopback splits' simulated tensors go in batches of 16 or more, so the burst is a large one."""
+class SplitShape(NamedTuple):
+    """The training step :func:`split_probe` splits between two devices: ``layers`` dense layers of
+    ``width`` units on ``rows`` rows, with residual adds, a squared loss and plain updates."""
+
+    layers: int = 8
+    width: int = 96
+    rows: int = 16
+
+
+DEFAULT_SPLIT = SplitShape()
+"""The step :func:`calibrate_copy_cpu` splits: 41 tensors cross per step (activations of 6 KB,
+weight gradients of 36 KB, bias gradients and shapes), the same order as the small models'
+two-worker splits send (97-361)."""
 
 
 class CopyCpu(NamedTuple):
     """CPU seconds each side of a loopback transfer spends (:func:`calibrate_copy_cpu`): the link's
-    ``copy_k``, ``copy_b`` and ``copy_b_shared`` (:class:`~tfplace.core.transfer.TransferModel`)."""
+    ``copy_k`` and ``copy_b`` (:class:`~tfplace.core.transfer.TransferModel`)."""
 
     copy_k: float
     copy_b: float
-    copy_b_shared: float
 
 
 class ChainShape(NamedTuple):
@@ -226,26 +231,44 @@ def _concurrent_steps(
     return build
 
 
-def _relay_steps(src_device: str, dst_device: str, hops: int) -> Callable[[Any], list[tuple[Any, Any]]]:
-    """``build(anchor)`` for :func:`_calibration_session`: a tensor of 1 KiB made on ``src_device``
-    and added to ``hops`` times, all on ``src_device`` (``same``) or by turns on ``dst_device`` and
-    ``src_device`` (``crossing``: ``hops`` transfers one after another, each sent alone)."""
+def _split_training_steps(
+    src_device: str, dst_device: str, shape: SplitShape
+) -> Callable[[Any], list[tuple[Any, Any]]]:
+    """``build(anchor)`` for :func:`_calibration_session`: a training step of ``shape``, its
+    forward pass and updates on ``src_device`` and its gradients there too (``same``) or on
+    ``dst_device`` (``crossing``: the activations the gradients need cross, and the weight
+    gradients cross back to their updates), the two parts a placement in topological order makes
+    of a training step. The learning rate is 0, so that the values, and the kernels' speed, stay
+    the same however many steps run."""
     import tensorflow as tf
 
-    if hops < 2 or hops % 2:
-        raise ValueError(f"a relay goes out and back: hops must be even and at least 2, got {hops}")
+    rng = np.random.default_rng(0)
+    inputs, targets = (rng.standard_normal((shape.rows, shape.width)).astype(np.float32) for _ in range(2))
+
+    def training_step(scope: str, gradient_device: str) -> Any:
+        with tf.compat.v1.variable_scope(scope), tf.device(src_device):
+            hidden = tf.constant(inputs)
+            for layer in range(shape.layers):
+                weights = tf.compat.v1.get_variable(
+                    f"weights_{layer}",
+                    [shape.width, shape.width],
+                    initializer=tf.compat.v1.glorot_uniform_initializer(seed=layer),
+                )
+                biases = tf.compat.v1.get_variable(
+                    f"biases_{layer}", [shape.width], initializer=tf.compat.v1.zeros_initializer()
+                )
+                activation = tf.nn.relu(tf.matmul(hidden, weights) + biases)
+                hidden = hidden + activation if layer % 2 else tf.tanh(activation)
+            loss = tf.reduce_mean(tf.square(hidden - tf.constant(targets)))
+            variables = tf.compat.v1.trainable_variables(scope + "/")
+            with tf.device(gradient_device):
+                gradients = tf.compat.v1.gradients(loss, variables, colocate_gradients_with_ops=False)
+            return tf.compat.v1.train.GradientDescentOptimizer(0.0).apply_gradients(zip(gradients, variables))
 
     def build(anchor: Any) -> list[tuple[Any, Any]]:
-        with tf.device(src_device):
-            base = tf.compat.v1.Variable(tf.zeros([RELAYED_BYTES // 4]), name=f"relay_{hops}")
-            same = crossing = base.read_value()
-        for hop in range(hops):
-            with tf.device(src_device):
-                same = same + 1.0
-            with tf.device(dst_device if hop % 2 == 0 else src_device):
-                crossing = crossing + 1.0
-        with tf.device(src_device):
-            return [([same[0], anchor], [crossing[0], anchor])]
+        return [
+            ([training_step("one_device", src_device), anchor], [training_step("split", dst_device), anchor])
+        ]
 
     return build
 
@@ -480,104 +503,113 @@ def calibrate_copy_cpu(
     target: str = "",
     config: Any = None,
     size: int = 2**26,
-    count: int = 200,
-    repeats: int = 15,
+    repeats: int = 30,
     rounds: int = 5,
+    shape: SplitShape = DEFAULT_SPLIT,
 ) -> CopyCpu:
-    """CPU seconds per byte and per tensor that the sending and the receiving process each spend,
-    and the part of the per-tensor CPU that tensors sent together share.
+    """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
 
-    The link's ``copy_k``, ``copy_b`` and ``copy_b_shared``
-    (:class:`~tfplace.core.transfer.TransferModel`) when the devices' processors do the transfers'
-    work (gRPC between TensorFlow processes on CPUs: the request's handling per tensor,
-    serialization and copies per byte). Reads the CPU time of ``processes`` (the process ids
-    hosting the two devices: ``LocalCluster.pids``) around ``repeats`` steps that send one tensor of
-    ``size`` bytes; then, in ``rounds`` interleaved rounds, around ``repeats`` steps that relay a
-    tensor of 1 KiB ``count`` times between the devices, one transfer after another, and around
-    steps that send :data:`BURST_TENSORS` such tensors at once (``count * repeats`` tensors in
-    all), each against as many steps doing the same work without sending. ``copy_b`` is the median
-    round's tensor sent alone, solved from ``cpu = copy_b * tensors + copy_k * bytes`` per process
-    (a split step's transfers often go one at a time, as its ops make them, and on session 26's
-    Intel VM one cost 96-166 us each side); ``copy_b_shared`` is what the median round's burst
-    saves per tensor, solved for the simulator's batch rule (:func:`shared_copy_cpu`). CPU time,
-    unlike wall-clock time, hardly changes when other processes share the machine. Linux only
-    (``/proc``). The kernel counts it in ticks of 10 ms: 15 repeats of 200 transfers come to
-    about 65 ticks.
+    The link's ``copy_k`` and ``copy_b`` (:class:`~tfplace.core.transfer.TransferModel`) when the
+    devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
+    request's handling per tensor, serialization and copies per byte). Reads the CPU time of
+    ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
+    ``repeats`` steps that send one tensor of ``size`` bytes against as many that do not
+    (``copy_k``; a tensor's fixed part is under 1% of it); then ``rounds`` probes of ``repeats``
+    steps of a training step split between the devices (:func:`split_probe`), whose median less
+    ``copy_k`` for the probe's mean tensor is ``copy_b``.
+
+    What a tensor costs depends on what the two processes do around it. On session 31-32's AMD VM
+    a tensor relayed back and forth alone cost each side 117-158 us, one of 64 sent at once
+    35-80 us, and the small models' two-worker splits spent 83-96 us per tensor and side beyond
+    their one-worker steps (run X's ``cpu_s``, ``docs/experiments.md``), as the split training
+    step does (77-110 us): a split's mix of dependent hops and tensors that travel together is what
+    the simulator charges, so a split is what is measured. CPU time, unlike wall-clock time,
+    hardly changes when other processes share the machine. Linux only (``/proc``). The kernel
+    counts it in ticks of 10 ms: 30 split steps send about 1,200 tensors, about 20 ticks a side.
     """
-    if repeats < 1 or rounds < 1 or size <= _CONCURRENT_BYTES or count < 2 or count % 2:
+    if repeats < 1 or rounds < 1 or size < 4:
         raise ValueError(
-            f"need repeats >= 1, rounds >= 1, size > {_CONCURRENT_BYTES} bytes and an even count >= 2, "
-            f"got {repeats}, {rounds}, {size}, {count}"
+            f"need repeats >= 1, rounds >= 1 and size >= 4 bytes, got {repeats}, {rounds}, {size}"
         )
-    sides = len(processes) * repeats
     with _calibration_session(dst_device, _payload_steps(src_device, dst_device, [size]), target, config) as (
         session,
         [pair],
     ):
         large = _cpu_difference(session, pair, processes, repeats)
-    burst_steps = -(-count * repeats // BURST_TENSORS)
-    alone, in_burst = [], []
-    with (
-        relay_probe(src_device, dst_device, processes, target=target, config=config, hops=count) as probe,
-        _calibration_session(  # no reset beside the relay's session: it would close that too
-            dst_device,
-            _concurrent_steps(src_device, dst_device, [BURST_TENSORS]),
-            target,
-            config,
-            reset=False,
-        ) as (session, [burst]),
-    ):
-        session.run(list(burst))
-        for _ in range(rounds):
-            alone.append(probe(repeats))  # copy_b + copy_k * 1 KiB
-            spent = _cpu_difference(session, burst, processes, burst_steps)
-            in_burst.append(spent / (len(processes) * burst_steps * BURST_TENSORS))
-    per_small = float(np.median(alone))
-    copy_k = max((large / sides - per_small) / (size - RELAYED_BYTES), 0.0)
-    copy_b = max(per_small - copy_k * RELAYED_BYTES, 0.0)
-    shared = shared_copy_cpu(per_small, float(np.median(in_burst)), BURST_TENSORS)
-    return CopyCpu(copy_k, copy_b, min(shared, copy_b))
+    copy_k = large / (len(processes) * repeats * size)
+    with split_probe(src_device, dst_device, processes, target=target, config=config, shape=shape) as probe:
+        per_tensor = float(np.median([probe(repeats) for _ in range(rounds)]))
+    return CopyCpu(copy_k, max(per_tensor - copy_k * probe.mean_bytes, 0.0))
 
 
-def shared_copy_cpu(alone: float, in_burst: float, burst: int) -> float:
-    """The ``copy_b_shared`` under which a tensor of a batch of ``burst`` costs ``in_burst`` and one
-    sent alone ``alone`` (rule 2 of :mod:`tfplace.simulator.engine`: ``alone - shared * (1 - 1 /
-    burst)``), between 0 and ``alone``."""
-    if burst < 2:
-        raise ValueError(f"a burst shares among at least 2 tensors, got {burst}")
-    return min(max((alone - in_burst) / (1 - 1 / burst), 0.0), alone)
+@dataclasses.dataclass(frozen=True)
+class SplitProbe:
+    """``probe(repeats)``: the CPU seconds the two devices' ``processes`` each spend per tensor
+    of a split training step (:func:`_split_training_steps`), from ``repeats`` steps of the split
+    against as many of the step on one device; ``transfers`` tensors cross per step, of
+    ``mean_bytes`` on average."""
+
+    session: Any
+    pair: tuple[Any, Any]
+    processes: Sequence[int]
+    transfers: int
+    mean_bytes: float
+
+    def __call__(self, repeats: int) -> float:
+        if repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {repeats}")
+        spent = _cpu_difference(self.session, self.pair, self.processes, repeats)
+        return spent / (len(self.processes) * repeats * self.transfers)
 
 
 @contextlib.contextmanager
-def relay_probe(
+def split_probe(
     src_device: str,
     dst_device: str,
     processes: Sequence[int],
     *,
     target: str = "",
     config: Any = None,
-    hops: int = 200,
+    shape: SplitShape = DEFAULT_SPLIT,
+    warmup_steps: int = 20,
     reset: bool = True,
-) -> Iterator[Callable[[int], float]]:
-    """A session relaying a tensor of 1 KiB ``hops`` times between ``src_device`` and
-    ``dst_device``, and ``probe(repeats)``: the CPU seconds ``processes`` (the two devices' process
-    ids) each spend per transfer sent alone, from ``repeats`` relaying steps against as many
-    steps doing the same adds on ``src_device`` (the per-tensor ``copy_b`` of
-    :func:`calibrate_copy_cpu`, plus ``copy_k`` for the 1 KiB). Beside other sessions of a
-    remote ``target``, give ``reset=False``: resetting the relay's variables would close them
-    (:func:`_calibration_session`). Probed again and again while other
-    steps run, it follows the machine's speed: on session 26's Intel VM one session's probes of
-    15 steps read 88-155 us, the relay's wall-clock time per hop moving with them."""
-    build = _relay_steps(src_device, dst_device, hops)
+) -> Iterator[SplitProbe]:
+    """A session of a training step of ``shape`` split between ``src_device`` and ``dst_device``
+    and on ``src_device`` alone (:func:`_split_training_steps`), warmed up, and its
+    :class:`SplitProbe`. The tensors that cross are counted in a traced step of each: TensorFlow's
+    ``RecvTensor`` records (:func:`~tfplace.tf_graph.step_stats.recv_tensor_records`; the
+    anchor's scalar crosses in both), their bytes their producers' first outputs'. Beside other
+    sessions of a remote ``target``, give ``reset=False``: resetting the probe's variables would
+    close them (:func:`_calibration_session`). Probed again and again while other steps run, it
+    follows the machine's speed."""
+    import tensorflow as tf
+
+    from tfplace.tf_graph.step_stats import recv_tensor_records
+
+    build = _split_training_steps(src_device, dst_device, shape)
     with _calibration_session(dst_device, build, target, config, reset) as (session, [pair]):
-        session.run(list(pair))
-
-        def probe(repeats: int) -> float:
-            if repeats < 1:
-                raise ValueError(f"repeats must be at least 1, got {repeats}")
-            return _cpu_difference(session, pair, processes, repeats) / (len(processes) * repeats * hops)
-
-        yield probe
+        crossed = []
+        for fetch in pair:
+            for _ in range(warmup_steps):
+                session.run(fetch)
+            metadata = tf.compat.v1.RunMetadata()
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            session.run(fetch, options=options, run_metadata=metadata)
+            crossed.append([record.producer for record in recv_tensor_records(metadata)])
+        own = set(crossed[0])
+        split = [producer for producer in crossed[1] if producer not in own]
+        if not split:
+            raise RuntimeError(
+                f"no tensor crossed from {src_device} to {dst_device} or back in the split training step: "
+                "the devices are one process's, or the traced step recorded no RecvTensor"
+            )
+        tensors = [
+            session.graph.get_operation_by_name(producer.split(":")[0]).outputs[0] for producer in split
+        ]
+        mean_bytes = float(
+            np.mean([(tensor.shape.num_elements() or 0) * tensor.dtype.size for tensor in tensors])
+        )
+        yield SplitProbe(session, pair, processes, len(split), mean_bytes)
 
 
 def _cpu_difference(session: Any, pair: tuple[Any, Any], processes: Sequence[int], repeats: int) -> float:
@@ -611,9 +643,8 @@ def calibrate_local_cluster(
 
     One CPU device per worker, each of ``memory`` bytes, linked by the loopback gRPC link fitted by
     :func:`calibrate_transfer` between the first two workers, whose per-tensor and per-byte CPU on
-    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``, with the part
-    of it tensors sent together share) the simulator
-    charges to the devices, each the median of ``fits`` fits (:func:`pooled_links`); the
+    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``, as a split
+    training step spends it) the simulator charges to the devices, each the median of ``fits`` fits (:func:`pooled_links`); the
     per-worker step overhead of :func:`calibrate_step_overhead`; and the machine's cores, which the
     workers share. A cluster of one worker gets only the overhead.
     """
@@ -628,15 +659,11 @@ def calibrate_local_cluster(
     links = []
     for _ in range(fits):
         link = calibrate_transfer(names[0], names[1], target=cluster.target, repeats=repeats, counts=counts)
-        copy = calibrate_copy_cpu(names[0], names[1], cluster.pids[:2], target=cluster.target)
-        copy_b = min(copy.copy_b, link.b)
+        copy = calibrate_copy_cpu(
+            names[0], names[1], cluster.pids[:2], target=cluster.target, config=profiled_run_config()
+        )
         links.append(
-            dataclasses.replace(
-                link,
-                copy_k=min(copy.copy_k, link.k),
-                copy_b=copy_b,
-                copy_b_shared=min(copy.copy_b_shared, copy_b),
-            )
+            dataclasses.replace(link, copy_k=min(copy.copy_k, link.k), copy_b=min(copy.copy_b, link.b))
         )
     return DeviceSet(devices, inter_host=pooled_links(links), step_overhead=overhead, cores=cores)
 
@@ -655,15 +682,13 @@ def pooled_links(links: Sequence[TransferModel]) -> TransferModel:
     def median(field: str) -> float:
         return float(np.median([getattr(link, field) for link in links]))
 
-    copy_b = median("copy_b")
     return dataclasses.replace(
         links[0],
         k=median("k"),
         b=median("b"),
         latency=median("latency"),
         copy_k=median("copy_k"),
-        copy_b=copy_b,
-        copy_b_shared=min(median("copy_b_shared"), copy_b),
+        copy_b=median("copy_b"),
     )
 
 

@@ -39,12 +39,8 @@ The rules, a model of how TensorFlow's executor runs a graph placed on several d
    between processes on CPUs), a transfer takes no channel: it is a *send* task on the sender,
    queued when the tensor is produced, and a *receive* task queued on the receiver when the send
    starts, each holding its device for ``copy_b + copy_k * bytes`` (Celeritas section 6.1 adds
-   such tasks to the devices), less ``copy_b_shared * (1 - 1 / m)`` when the tensor goes in a
-   *batch* of ``m``: when a device turns to a send to another device and no batch to that
-   device is open, the sends to it queued at that moment (itself included) open one, and they
-   share that part of the per-tensor work (a tensor relayed back and forth costs the workers 2-3
-   times what one of a burst does; a burst of ``m`` tensors is what ``tfplace calibrate``
-   measures, ``docs/experiments.md``); the tensor arrives
+   such tasks to the devices; ``copy_b`` is what a split training step's tensors cost each side
+   on average, ``tfplace calibrate``, ``docs/experiments.md``); the tensor arrives
    ``b - copy_b + (k - copy_k) * bytes`` after both have ended (the request's round trip and the
    wire, which hold neither device).
    With ``devices.cores`` set, all devices share that many processors (loopback workers of one
@@ -398,12 +394,8 @@ class _Run:
         releases, slot_base, holders = plan.releases, plan.slot_base, plan.holders[:]
         buffer_size, buffer_device, parent = plan.buffer_size, plan.buffer_device, plan.parent
         route_of, duration, delay, consumers = plan.route, plan.duration, plan.delay, plan.consumers
-        on_devices, shared, n = plan.on_devices, plan.shared, len(graph)
+        on_devices, n = plan.on_devices, len(graph)
         parts_left = [2] * len(on_devices)  # a copy on the devices ends when its send and receive do
-        copy_seconds = duration[:]  # each side's task, set when the send starts
-        queued_sends = [0] * len(plan.routes)  # send tasks of each route waiting for their device
-        batch_left = [0] * len(plan.routes)  # sends of each route's open batch not yet started
-        batch_discount = [0.0] * len(plan.routes)  # 1 - 1 / m for the open batch of m
         copy_order = itertools.count()  # copies run after every ready op, first come first served
         cores, threads = self.devices.cores, self.devices.host_threads
         idle_cores = float(cores) if cores else math.inf
@@ -548,19 +540,12 @@ class _Run:
                 t, receiving = divmod(u - n, 2)
                 if receiving:
                     allocate(d, buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
-                    heappush(events, (now + copy_seconds[t], _RECEIVE_END, t))
+                    heappush(events, (now + duration[t], _RECEIVE_END, t))
                     continue
                 sent_at[t] = now
-                r = route_of[t]
-                queued_sends[r] -= 1
-                if not batch_left[r]:  # the sends queued for this route now form a batch
-                    batch_left[r] = queued_sends[r] + 1
-                    batch_discount[r] = 1 - 1 / batch_left[r]
-                batch_left[r] -= 1
-                copy_seconds[t] -= shared[t] * batch_discount[r]
                 moved += plan.nbytes[t]
-                seconds += copy_seconds[t] + delay[t]
-                heappush(events, (now + copy_seconds[t], _SEND_END, t))
+                seconds += duration[t] + delay[t]
+                heappush(events, (now + duration[t], _SEND_END, t))
                 if cores:
                     heappush(receptions, (next(copy_order), t))
                 else:
@@ -570,7 +555,7 @@ class _Run:
                 t = heappop(receptions)[1]
                 idle_cores -= 1
                 allocate(plan.dst[t], buffer_size[plan.buffer[t]], now, plan.producer[t], "receive")
-                heappush(events, (now + copy_seconds[t], _RECEIVE_END, t))
+                heappush(events, (now + duration[t], _RECEIVE_END, t))
             candidates = [r for r in ready_routes if waiting[r]]
             ready_routes.clear()
             while candidates:
@@ -616,7 +601,6 @@ class _Run:
                     for t in sends[x]:
                         if on_devices[t]:
                             heappush(queues[d], (math.inf, next(copy_order), n + 2 * t))
-                            queued_sends[route_of[t]] += 1
                         else:
                             heappush(waiting[route_of[t]], (now, position[x], t))
                             ready_routes.add(route_of[t])

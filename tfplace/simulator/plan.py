@@ -65,9 +65,8 @@ class TransferPlan:
         once per transfer the edge stands for), ``delay`` (the link's ``latency``: the tensor
         arrives that long after it leaves the channels), ``on_devices`` (the link's
         ``device_copies``: the transfer runs as a task on ``src`` and one on ``dst``, each of
-        ``duration = copy_k * bytes + copy_b``, instead of on channels, less ``shared * (1 - 1 /
-        m)`` when it goes in a batch of ``m`` sends on its route, ``shared`` being the link's
-        ``copy_b_shared``; ``delay`` is then ``b - copy_b + (k - copy_k) * bytes``), ``route``,
+        ``duration = copy_k * bytes + copy_b``, instead of on channels; ``delay`` is then
+        ``b - copy_b + (k - copy_k) * bytes``), ``route``,
         ``holds`` (the sender's buffers it reads), ``consumers`` (ops it delivers to) and
         ``buffer`` (the received copy on ``dst``).
     Routes
@@ -92,7 +91,6 @@ class TransferPlan:
     dst: list[int] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
     duration: list[float] = field(default_factory=list)
-    shared: list[float] = field(default_factory=list)
     delay: list[float] = field(default_factory=list)
     on_devices: list[bool] = field(default_factory=list)
     route: list[int] = field(default_factory=list)
@@ -336,10 +334,8 @@ def _add_transfer(
     plan.nbytes.append(nbytes)
     if link.device_copies:  # the devices do the work; the rest of the time holds neither
         plan.duration.append(link.copy_k * nbytes + link.copy_b * count)
-        plan.shared.append(link.copy_b_shared * count)
     else:
         plan.duration.append(link.k * nbytes + (link.b - link.latency) * count)
-        plan.shared.append(0.0)
     plan.delay.append(link.delay(nbytes))
     plan.on_devices.append(link.device_copies)
     plan.route.append(route)
