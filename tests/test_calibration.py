@@ -50,37 +50,51 @@ def test_calibration_rejects_transfers_smaller_than_one_float():
 
 
 @pytest.mark.tensorflow
-def test_the_copy_cpu_relay_sends_its_tensor_one_hop_at_a_time_and_both_steps_do_the_same_adds():
+def test_the_split_training_step_computes_its_gradients_on_the_other_device_and_nothing_else_moves():
     import tensorflow as tf
 
-    from tfplace.estimator.calibration import _relay_steps
+    from tfplace.estimator.calibration import _split_training_steps
 
     graph = tf.Graph()
     with graph.as_default():
         with tf.device("/device:CPU:1"):
             anchor = tf.constant(0.0)
-        [(same, crossing)] = _relay_steps("/device:CPU:0", "/device:CPU:1", 6)(anchor)
+        [(same, crossing)] = _split_training_steps("/device:CPU:0", "/device:CPU:1", SplitShape(2, 8, 4))(
+            anchor
+        )
 
-    def adds(fetch):
-        ops, stack = [], [fetch[0].op]
-        while stack:
-            op = stack.pop()
-            if op.type == "AddV2":
-                ops.append(op.device)
-            stack.extend(tensor.op for tensor in op.inputs)
-        return ops
+    def placed(op):
+        """An op's device, or where TensorFlow places one without (an initializer or an update
+        with the variable it is colocated with, a variable's read with the variable)."""
+        if op.device:
+            return op.device
+        [group] = op.colocation_groups()
+        if group != f"loc:@{op.name}".encode():
+            return placed(graph.get_operation_by_name(group[len(b"loc:@") :].decode()))
+        return placed(op.inputs[0].op)
 
-    assert adds(same) == ["/device:CPU:0"] * 6
-    # walked from the end: the last add is back on the source, and every add is a hop from the last
-    assert adds(crossing) == ["/device:CPU:0", "/device:CPU:1"] * 3
+    def devices(scope, gradients):
+        return {
+            placed(op)
+            for op in graph.get_operations()
+            if op.name.startswith(scope + "/") and ("/gradients/" in op.name) == gradients
+        }
+
+    assert devices("one_device", True) == devices("one_device", False) == {"/device:CPU:0"}
+    assert devices("split", True) == {"/device:CPU:1"}
+    assert devices("split", False) == {"/device:CPU:0"}  # the forward pass and the updates
+    assert same[1] is crossing[1] is anchor
 
 
-@pytest.mark.parametrize("hops", [0, 1, 3])
-def test_a_copy_cpu_relay_must_go_out_and_back(hops):
-    from tfplace.estimator.calibration import _relay_steps
+@pytest.mark.tensorflow
+def test_a_split_probe_between_devices_of_one_process_names_why_no_tensor_crossed():
+    from tfplace.estimator.calibration import profiled_run_config
 
-    with pytest.raises(ValueError, match=f"even and at least 2, got {hops}"):
-        _relay_steps("/device:CPU:0", "/device:CPU:1", hops)
+    with pytest.raises(RuntimeError, match="no tensor crossed from /device:CPU:0 to /device:CPU:1"):
+        with split_probe(
+            "/device:CPU:0", "/device:CPU:1", [os.getpid()], config=profiled_run_config(2), warmup_steps=1
+        ):
+            pass
 
 
 @pytest.mark.tensorflow
