@@ -90,11 +90,11 @@ def test_the_split_training_step_computes_its_gradients_on_the_other_device_and_
 def test_a_split_probe_between_devices_of_one_process_names_why_no_tensor_crossed():
     from tfplace.estimator.calibration import profiled_run_config
 
-    with pytest.raises(RuntimeError, match="no tensor crossed from /device:CPU:0 to /device:CPU:1"):
-        with split_probe(
-            "/device:CPU:0", "/device:CPU:1", [os.getpid()], config=profiled_run_config(2), warmup_steps=1
-        ):
-            pass
+    probe = split_probe(
+        "/device:CPU:0", "/device:CPU:1", [os.getpid()], config=profiled_run_config(2), warmup_steps=1
+    )
+    with pytest.raises(RuntimeError, match="no tensor crossed from /device:CPU:0 to /device:CPU:1"), probe:
+        pass
 
 
 @pytest.mark.tensorflow
