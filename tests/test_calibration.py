@@ -86,6 +86,14 @@ def test_the_split_training_step_computes_its_gradients_on_the_other_device_and_
     assert same[1] is crossing[1] is anchor
 
 
+@pytest.mark.parametrize("shape", [SplitShape(layers=0), SplitShape(width=0), SplitShape(rows=0)])
+def test_a_split_training_step_needs_a_layer_a_unit_and_a_row(shape):
+    from tfplace.estimator.calibration import _split_training_steps
+
+    with pytest.raises(ValueError, match="at least one layer, unit and row"):
+        _split_training_steps("/device:CPU:0", "/device:CPU:1", shape)
+
+
 @pytest.mark.tensorflow
 def test_a_split_probe_between_devices_of_one_process_names_why_no_tensor_crossed():
     from tfplace.estimator.calibration import profiled_run_config

@@ -242,6 +242,8 @@ def _split_training_steps(
     the same however many steps run."""
     import tensorflow as tf
 
+    if min(shape) < 1:
+        raise ValueError(f"a split training step needs at least one layer, unit and row, got {shape}")
     rng = np.random.default_rng(0)
     inputs, targets = (rng.standard_normal((shape.rows, shape.width)).astype(np.float32) for _ in range(2))
 
