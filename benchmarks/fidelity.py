@@ -111,6 +111,7 @@ from absl import app, flags, logging
 
 from tfplace.api import DEFAULT_CACHE_DIR
 from tfplace.core.costgraph import UNTRACED_STEP
+from tfplace.estimator.calibration import SplitProbe
 from tfplace.estimator.profiler import UNTRACED_BEFORE_TRACE, TracedSteps
 from tfplace.estimator.profiling_process import PROFILED_KIND
 from tfplace.estimator.step_timing import back_to_back_seconds, step_statistic
@@ -580,7 +581,7 @@ class SideBySideLink:
     reads in steps of about 12 us per tensor and side (run Y's medians were 63.4, 69.7, 82.2 or
     94.7 us), and the mean of 30 resolves what the median cannot."""
 
-    probe: Any
+    probe: SplitProbe
     copy_k: float
     samples: list[float] = dataclasses.field(default_factory=list)
 
