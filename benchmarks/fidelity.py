@@ -591,7 +591,7 @@ class SideBySideLink:
 
     def copy_b(self) -> float:
         """The mean probe less ``copy_k`` for the probe's mean tensor, at least 0."""
-        return max(statistics.fmean(self.samples) - self.copy_k * self.probe.mean_bytes, 0.0)
+        return self.probe.copy_b(statistics.fmean(self.samples), self.copy_k)
 
 
 def open_link(stack, calibration, cluster) -> SideBySideLink | None:

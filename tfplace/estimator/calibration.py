@@ -541,7 +541,7 @@ def calibrate_copy_cpu(
     copy_k = large / (len(processes) * repeats * size)
     with split_probe(src_device, dst_device, processes, target=target, config=config, shape=shape) as probe:
         per_tensor = float(np.median([probe(repeats) for _ in range(rounds)]))
-    return CopyCpu(copy_k, max(per_tensor - copy_k * probe.mean_bytes, 0.0))
+    return CopyCpu(copy_k, probe.copy_b(per_tensor, copy_k))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -562,6 +562,11 @@ class SplitProbe:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
         spent = _cpu_difference(self.session, self.pair, self.processes, repeats)
         return spent / (len(self.processes) * repeats * self.transfers)
+
+    def copy_b(self, per_tensor: float, copy_k: float) -> float:
+        """A link's ``copy_b`` from ``per_tensor`` CPU seconds a side (what probes read): less
+        ``copy_k`` for the probe's mean tensor, at least 0."""
+        return max(per_tensor - copy_k * self.mean_bytes, 0.0)
 
 
 @contextlib.contextmanager
