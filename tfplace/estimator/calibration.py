@@ -958,7 +958,7 @@ def calibrate_cpu(
     step overhead and gRPC link (:func:`calibrate_local_cluster`), one inter-op thread per worker.
     Each kind's feed cost on its first device
     (:func:`~tfplace.estimator.feed_calibration.calibrate_feed_cost`; on loopback, the master's).
-    The machine's ``MatMul`` row blocks, voted over three timings
+    The machine's ``MatMul`` row blocks, from each row's median over three timings
     (:func:`~tfplace.estimator.row_blocks.measure_matmul_row_blocks`).
 
     One thread per process is the default: with two on this 2-core machine, the small NMT's real

@@ -17,7 +17,6 @@ reads each ``MatMul``'s rows from a profile.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -40,10 +39,10 @@ __all__ = [
     "matmul_row_blockings",
     "matmul_variant",
     "measure_matmul_row_blocks",
+    "row_block",
     "staircase_period",
     "step_row_blockings",
     "time_matmul_rows",
-    "voted_period",
 ]
 
 MATMUL_VARIANTS = ("MatMul", "MatMul/transpose_a", "MatMul/transpose_b", "MatMul/transpose_a/transpose_b")
@@ -69,9 +68,11 @@ TIMED_ROWS = 12
 ``transpose_b`` product changed algorithm (729 us at 16 rows against 237-247 at 13-15)."""
 
 ROW_BLOCK_TRIALS = 3
-"""Independent timings a row block is voted from (:func:`voted_period`): of two ``tfplace
-calibrate`` runs a minute apart (session 10, load 1) one found ``transpose_b`` products in blocks
-of 1 row, the other and three separate timings in blocks of 3."""
+"""Independent timings a row block is found from, each row's time their median
+(:func:`row_block`): of two ``tfplace calibrate`` runs a minute apart (session 10, load 1) one
+found ``transpose_b`` products in blocks of 1 row, the other and three separate timings in blocks
+of 3; session 34's three timings found 1, 3 and 1 (one row 10-29 us off its pass in each, its
+own), their median 3."""
 
 FLOAT32_BYTES = 4
 """Bytes of an element of the output: the staircase was measured on float32 products."""
@@ -230,22 +231,21 @@ def time_matmul_rows(
     return [max(seconds - call, 0.0) for seconds in best]
 
 
-def voted_period(periods: Sequence[int]) -> int:
-    """The row block most of ``periods`` (each :func:`staircase_period` of one timing) found; 1 (no
-    staircase: the regression as without row blocks) when no period was found more often than
-    every other."""
-    if not periods:
-        raise ValueError("a row block needs at least one timed period")
-    counts = Counter(periods).most_common()
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        return 1
-    return counts[0][0]
+def row_block(timings: Sequence[Sequence[float]]) -> int:
+    """The row block of a kernel from independent ``timings`` of it (each :func:`time_matmul_rows`):
+    the :func:`staircase_period` of each row's median time over them. A timing's noise is a row or
+    two off its pass, a different row in each (a product of some ``m`` slow throughout a session),
+    and a median of three takes one such row out where a fit to each timing alone may see no
+    staircase (session 34: periods 1, 3 and 1 timing by timing; the medians' 3)."""
+    if not timings:
+        raise ValueError("a row block needs at least one timing")
+    return staircase_period(np.median(np.asarray(timings, dtype=float), axis=0))
 
 
 def measure_matmul_row_blocks(rows: int = TIMED_ROWS, trials: int = ROW_BLOCK_TRIALS) -> dict[str, int]:
-    """For each of :data:`MATMUL_VARIANTS`, the :func:`voted_period` of ``trials`` independent
-    timings (:func:`time_matmul_rows`, :func:`staircase_period`)."""
+    """For each of :data:`MATMUL_VARIANTS`, the :func:`row_block` of ``trials`` independent
+    timings (:func:`time_matmul_rows`)."""
     return {
-        variant: voted_period([staircase_period(time_matmul_rows(variant, rows=rows)) for _ in range(trials)])
+        variant: row_block([time_matmul_rows(variant, rows=rows) for _ in range(trials)])
         for variant in track(MATMUL_VARIANTS, "MatMul row blocks")
     }
