@@ -602,7 +602,7 @@ def open_link(stack, calibration, cluster) -> SideBySideLink | None:
     if cluster.num_workers < 2 or FLAGS.link_probe_steps < 1:
         return None
     config, target = run_config("loopback", cluster, calibration)
-    probe = stack.enter_context(
+    [probe] = stack.enter_context(
         split_probe(
             cluster.device(0), cluster.device(1), cluster.pids[:2], target=target, config=config, reset=False
         )

@@ -7,7 +7,16 @@ import socket
 import pytest
 
 from tfplace.core.device_model import FeedCost
-from tfplace.estimator.calibration import SplitShape, calibrate_copy_cpu, calibrate_transfer, split_probe
+from tfplace.estimator.calibration import (
+    DEFAULT_SPLIT,
+    WIDE_SPLIT,
+    CopyCpu,
+    SplitShape,
+    calibrate_copy_cpu,
+    calibrate_transfer,
+    copy_cpu_line,
+    split_probe,
+)
 from tfplace.estimator.feed_calibration import FeedSample, fit_feed_cost, time_feeds
 from tfplace.tf_graph.cluster import LocalCluster
 
@@ -59,9 +68,9 @@ def test_the_split_training_step_computes_its_gradients_on_the_other_device_and_
     with graph.as_default():
         with tf.device("/device:CPU:1"):
             anchor = tf.constant(0.0)
-        [(same, crossing)] = _split_training_steps("/device:CPU:0", "/device:CPU:1", SplitShape(2, 8, 4))(
-            anchor
-        )
+        [(same, crossing), (wide_same, wide_crossing)] = _split_training_steps(
+            "/device:CPU:0", "/device:CPU:1", [SplitShape(2, 8, 4), SplitShape(2, 16, 4)]
+        )(anchor)
 
     def placed(op):
         """An op's device, or where TensorFlow places one without (an initializer or an update
@@ -80,10 +89,14 @@ def test_the_split_training_step_computes_its_gradients_on_the_other_device_and_
             if op.name.startswith(scope + "/") and ("/gradients/" in op.name) == gradients
         }
 
-    assert devices("one_device", True) == devices("one_device", False) == {"/device:CPU:0"}
-    assert devices("split", True) == {"/device:CPU:1"}
-    assert devices("split", False) == {"/device:CPU:0"}  # the forward pass and the updates
-    assert same[1] is crossing[1] is anchor
+    for index in (0, 1):  # each shape's step of its own
+        assert (
+            devices(f"one_device_{index}", True) == devices(f"one_device_{index}", False) == {"/device:CPU:0"}
+        )
+        assert devices(f"split_{index}", True) == {"/device:CPU:1"}
+        assert devices(f"split_{index}", False) == {"/device:CPU:0"}  # the forward pass and the updates
+    assert same[1] is crossing[1] is wide_same[1] is wide_crossing[1] is anchor
+    assert same[0] is not wide_same[0] and crossing[0] is not wide_crossing[0]
 
 
 @pytest.mark.parametrize("shape", [SplitShape(layers=0), SplitShape(width=0), SplitShape(rows=0)])
@@ -91,7 +104,24 @@ def test_a_split_training_step_needs_a_layer_a_unit_and_a_row(shape):
     from tfplace.estimator.calibration import _split_training_steps
 
     with pytest.raises(ValueError, match="at least one layer, unit and row"):
-        _split_training_steps("/device:CPU:0", "/device:CPU:1", shape)
+        _split_training_steps("/device:CPU:0", "/device:CPU:1", [DEFAULT_SPLIT, shape])
+
+
+def test_a_tensors_cpu_per_byte_and_fixed_part_are_the_line_through_two_split_steps():
+    # session 34: 66 us per tensor at 16.5 KB on average, 266 us at 397 KB
+    copy = copy_cpu_line((16.5e3, 66e-6), (397e3, 266e-6))
+    assert copy.copy_k == pytest.approx(200e-6 / 380.5e3)
+    assert copy.copy_b == pytest.approx(66e-6 - copy.copy_k * 16.5e3)
+
+
+def test_a_wide_split_that_reads_less_costs_nothing_per_byte_and_no_part_is_negative():
+    assert copy_cpu_line((16.5e3, 66e-6), (397e3, 60e-6)) == CopyCpu(0.0, 66e-6)
+    assert copy_cpu_line((16.5e3, 1e-6), (397e3, 266e-6)).copy_b == 0.0
+
+
+def test_the_line_needs_the_wide_splits_tensors_larger():
+    with pytest.raises(ValueError, match="must be larger"):
+        copy_cpu_line((397e3, 266e-6), (16.5e3, 66e-6))
 
 
 @pytest.mark.tensorflow
@@ -119,19 +149,25 @@ def test_loopback_workers_carry_a_calibrated_transfer_and_leave_no_process_or_po
         copy = calibrate_copy_cpu(
             cluster.device(0), cluster.device(1), pids, target=cluster.target, repeats=3, rounds=2
         )
-        # gRPC costs the workers CPU (about 0.3 ns per byte, and 77-110 us per tensor of a split
+        # gRPC costs the workers CPU (about 0.5 ns per byte, and 55-110 us per tensor of a split
         # training step each, measured on idle machines of this kind); what a busy or another
         # machine measures only has to be usable
         assert all(math.isfinite(c) and c >= 0 for c in copy)
         shape = SplitShape(layers=2, width=8, rows=4)
         with split_probe(
-            cluster.device(0), cluster.device(1), pids, target=cluster.target, shape=shape
-        ) as probe:
+            cluster.device(0),
+            cluster.device(1),
+            pids,
+            target=cluster.target,
+            shapes=[shape, DEFAULT_SPLIT, WIDE_SPLIT],
+        ) as (probe, small, wide):
             # each layer's weight and bias gradients cross back to their updates, and activations
             # go over to the gradients; at most a weight gradient (8 x 8 floats) each
             assert probe.transfers >= 2 * shape.layers
             assert 0 < probe.mean_bytes <= shape.width * shape.width * 4
             assert math.isfinite(probe(2)) and probe(2) >= 0
+            # copy_cpu_line's two steps: as many tensors, the wide one's of many times the bytes
+            assert wide.transfers == small.transfers and wide.mean_bytes > 10 * small.mean_bytes
     assert not any(is_running(pid) for pid in pids)
     assert not any(accepts(port) for port in ports)
 

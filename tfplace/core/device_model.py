@@ -234,8 +234,12 @@ def _is_view(attrs: Mapping[str, Any]) -> bool:
 DEFAULT_CALIBRATION = os.path.join(".tfplace_cache", "calibration.json")
 """Where ``tfplace calibrate`` stores the machine's :class:`CpuCalibration` by default."""
 
-CALIBRATION_FORMAT = 9
-"""Version of a stored :class:`CpuCalibration`. 9 (session 33): a loopback link's ``copy_b`` is
+CALIBRATION_FORMAT = 10
+"""Version of a stored :class:`CpuCalibration`. 10 (session 34): a loopback link's ``copy_k`` is
+the CPU per byte and side of split training steps of two tensor sizes
+(:func:`tfplace.estimator.calibration.copy_cpu_line`), 0.45-0.6 ns per byte where one 64 MB
+tensor cost 0.32, and its ``k`` at least that; the ``MatMul`` row blocks are found on each
+row's median over three timings, not voted. 9 (session 33): a loopback link's ``copy_b`` is
 the CPU per tensor and side of a training step split between two workers
 (:func:`tfplace.estimator.calibration.split_probe`), and tensors sent together share none of it
 (format 8's ``copy_b_shared`` is ignored): the small models' splits spent 83-96 us per tensor

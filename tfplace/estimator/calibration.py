@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_SIZES",
     "DEFAULT_SPLIT",
     "STEADY_STATE_STEPS",
+    "WIDE_SPLIT",
     "ChainShape",
     "CopyCpu",
     "OverheadFit",
@@ -60,6 +61,7 @@ __all__ = [
     "calibrate_op_overhead",
     "calibrate_step_overhead",
     "calibrate_transfer",
+    "copy_cpu_line",
     "fit_op_overhead",
     "handoff_on_threads",
     "handoff_per_tensor",
@@ -103,9 +105,17 @@ class SplitShape(NamedTuple):
 
 
 DEFAULT_SPLIT = SplitShape()
-"""The step :func:`calibrate_copy_cpu` splits: 41 tensors cross per step (activations of 6 KB,
-weight gradients of 36 KB, bias gradients and shapes), the same order as the small models'
-two-worker splits send (97-361)."""
+"""The step :func:`calibrate_copy_cpu` splits for a tensor's fixed CPU: 41 tensors cross per step
+(activations of 6 KB, weight gradients of 36 KB, bias gradients and shapes), the same order as
+the small models' two-worker splits send (97-361)."""
+
+WIDE_SPLIT = SplitShape(layers=8, width=512, rows=4)
+"""The step :func:`calibrate_copy_cpu` splits for a tensor's CPU per byte: as many tensors as
+:data:`DEFAULT_SPLIT`, weight gradients of 1 MB (397 KB on average against 16.5 KB), little
+compute. Each side spent 0.45-0.6 ns per byte more than on the default step (session 34), where
+one 64 MB tensor cost 0.32 ns per byte; the same step on 32 rows (more compute, the same bytes)
+cost no more per tensor, and one of 96 units on 256 rows (56 KB, sixteen times the compute) about
+what its bytes add."""
 
 
 class CopyCpu(NamedTuple):
@@ -232,22 +242,25 @@ def _concurrent_steps(
 
 
 def _split_training_steps(
-    src_device: str, dst_device: str, shape: SplitShape
+    src_device: str, dst_device: str, shapes: Sequence[SplitShape]
 ) -> Callable[[Any], list[tuple[Any, Any]]]:
-    """``build(anchor)`` for :func:`_calibration_session`: a training step of ``shape``, its
-    forward pass and updates on ``src_device`` and its gradients there too (``same``) or on
-    ``dst_device`` (``crossing``: the activations the gradients need cross, and the weight
+    """``build(anchor)`` for :func:`_calibration_session`: per shape of ``shapes``, a training step
+    of it, its forward pass and updates on ``src_device`` and its gradients there too (``same``) or
+    on ``dst_device`` (``crossing``: the activations the gradients need cross, and the weight
     gradients cross back to their updates), the two parts a placement in topological order makes
     of a training step. The learning rate is 0, so that the values, and the kernels' speed, stay
     the same however many steps run."""
     import tensorflow as tf
 
-    if min(shape) < 1:
-        raise ValueError(f"a split training step needs at least one layer, unit and row, got {shape}")
-    rng = np.random.default_rng(0)
-    inputs, targets = (rng.standard_normal((shape.rows, shape.width)).astype(np.float32) for _ in range(2))
+    for shape in shapes:
+        if min(shape) < 1:
+            raise ValueError(f"a split training step needs at least one layer, unit and row, got {shape}")
 
-    def training_step(scope: str, gradient_device: str) -> Any:
+    def training_step(shape: SplitShape, scope: str, gradient_device: str) -> Any:
+        rng = np.random.default_rng(0)
+        inputs, targets = (
+            rng.standard_normal((shape.rows, shape.width)).astype(np.float32) for _ in range(2)
+        )
         with tf.compat.v1.variable_scope(scope), tf.device(src_device):
             hidden = tf.constant(inputs)
             for layer in range(shape.layers):
@@ -269,7 +282,11 @@ def _split_training_steps(
 
     def build(anchor: Any) -> list[tuple[Any, Any]]:
         return [
-            ([training_step("one_device", src_device), anchor], [training_step("split", dst_device), anchor])
+            (
+                [training_step(shape, f"one_device_{index}", src_device), anchor],
+                [training_step(shape, f"split_{index}", dst_device), anchor],
+            )
+            for index, shape in enumerate(shapes)
         ]
 
     return build
@@ -504,10 +521,9 @@ def calibrate_copy_cpu(
     *,
     target: str = "",
     config: Any = None,
-    size: int = 2**26,
     repeats: int = 30,
     rounds: int = 5,
-    shape: SplitShape = DEFAULT_SPLIT,
+    shapes: tuple[SplitShape, SplitShape] = (DEFAULT_SPLIT, WIDE_SPLIT),
 ) -> CopyCpu:
     """CPU seconds per byte and per tensor that the sending and the receiving process each spend.
 
@@ -515,33 +531,47 @@ def calibrate_copy_cpu(
     devices' processors do the transfers' work (gRPC between TensorFlow processes on CPUs: the
     request's handling per tensor, serialization and copies per byte). Reads the CPU time of
     ``processes`` (the process ids hosting the two devices: ``LocalCluster.pids``) around
-    ``repeats`` steps that send one tensor of ``size`` bytes against as many that do not
-    (``copy_k``; a tensor's fixed part is under 1% of it); then ``rounds`` probes of ``repeats``
-    steps of a training step split between the devices (:func:`split_probe`), whose median less
-    ``copy_k`` for the probe's mean tensor is ``copy_b``.
+    ``repeats`` steps of a training step split between the devices against as many of it on one
+    (:func:`split_probe`, one session), ``rounds`` times for each of two ``shapes`` whose tensors
+    differ in size, the rounds interleaved; the line through each shape's median per tensor is
+    :func:`copy_cpu_line`.
 
     What a tensor costs depends on what the two processes do around it. On session 31-32's AMD VM
     a tensor relayed back and forth alone cost each side 117-158 us, one of 64 sent at once
     35-80 us, and the small models' two-worker splits spent 83-96 us per tensor and side beyond
     their one-worker steps (run X's ``cpu_s``, ``docs/experiments.md``), as the split training
     step does (77-110 us): a split's mix of dependent hops and tensors that travel together is what
-    the simulator charges, so a split is what is measured. CPU time, unlike wall-clock time,
-    hardly changes when other processes share the machine. Linux only (``/proc``). The kernel
-    counts it in ticks of 10 ms: 30 split steps send about 1,200 tensors, about 20 ticks a side.
+    the simulator charges, so a split is what is measured. Its bytes too: a split's tensors of tens
+    to hundreds of kilobytes cost each side 0.45-0.6 ns per byte where one 64 MB tensor cost 0.32
+    (:data:`WIDE_SPLIT`, session 34). CPU time, unlike wall-clock time, hardly changes when other
+    processes share the machine. Linux only (``/proc``). The kernel counts it in ticks of 10 ms:
+    30 split steps send about 1,200 tensors, about 20 ticks a side.
     """
-    if repeats < 1 or rounds < 1 or size < 4:
+    if repeats < 1 or rounds < 1:
+        raise ValueError(f"need repeats >= 1 and rounds >= 1, got {repeats}, {rounds}")
+    with split_probe(
+        src_device, dst_device, processes, target=target, config=config, shapes=shapes
+    ) as probes:
+        reads: list[list[float]] = [[] for _ in probes]
+        for _ in range(rounds):
+            for probe, read in zip(probes, reads):
+                read.append(probe(repeats))
+    small, wide = ((probe.mean_bytes, float(np.median(read))) for probe, read in zip(probes, reads))
+    return copy_cpu_line(small, wide)
+
+
+def copy_cpu_line(small: tuple[float, float], wide: tuple[float, float]) -> CopyCpu:
+    """The link's CPU per byte and per tensor a side through two split steps' ``(mean bytes, CPU
+    seconds per tensor)``: ``copy_k`` the slope, at least 0 (a noisy wider step that reads less),
+    and ``copy_b`` the rest of the smaller step's tensor, at least 0."""
+    (small_bytes, small_cpu), (wide_bytes, wide_cpu) = small, wide
+    if wide_bytes <= small_bytes:
         raise ValueError(
-            f"need repeats >= 1, rounds >= 1 and size >= 4 bytes, got {repeats}, {rounds}, {size}"
+            f"the wide split's tensors ({wide_bytes:.0f} bytes on average) must be larger than the "
+            f"small split's ({small_bytes:.0f})"
         )
-    with _calibration_session(dst_device, _payload_steps(src_device, dst_device, [size]), target, config) as (
-        session,
-        [pair],
-    ):
-        large = _cpu_difference(session, pair, processes, repeats)
-    copy_k = large / (len(processes) * repeats * size)
-    with split_probe(src_device, dst_device, processes, target=target, config=config, shape=shape) as probe:
-        per_tensor = float(np.median([probe(repeats) for _ in range(rounds)]))
-    return CopyCpu(copy_k, probe.copy_b(per_tensor, copy_k))
+    copy_k = max((wide_cpu - small_cpu) / (wide_bytes - small_bytes), 0.0)
+    return CopyCpu(copy_k, max(small_cpu - copy_k * small_bytes, 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -577,15 +607,15 @@ def split_probe(
     *,
     target: str = "",
     config: Any = None,
-    shape: SplitShape = DEFAULT_SPLIT,
+    shapes: Sequence[SplitShape] = (DEFAULT_SPLIT,),
     warmup_steps: int = 20,
     reset: bool = True,
-) -> Iterator[SplitProbe]:
-    """A session of a training step of ``shape`` split between ``src_device`` and ``dst_device``
-    and on ``src_device`` alone (:func:`_split_training_steps`), warmed up, and its
-    :class:`SplitProbe`. The tensors that cross are counted in a traced step of each: TensorFlow's
-    ``RecvTensor`` records (:func:`~tfplace.tf_graph.step_stats.recv_tensor_records`; the
-    anchor's scalar crosses in both), their bytes their producers' first outputs'. Beside other
+) -> Iterator[list[SplitProbe]]:
+    """A session of a training step of each of ``shapes`` split between ``src_device`` and
+    ``dst_device`` and on ``src_device`` alone (:func:`_split_training_steps`), warmed up, and
+    their :class:`SplitProbe` each. The tensors that cross are counted in a traced step of each:
+    TensorFlow's ``RecvTensor`` records (:func:`~tfplace.tf_graph.step_stats.recv_tensor_records`;
+    the anchor's scalar crosses in both), their bytes their producers' first outputs'. Beside other
     sessions of a remote ``target``, give ``reset=False``: resetting the probe's variables would
     close them (:func:`_calibration_session`). Probed again and again while other steps run, it
     follows the machine's speed."""
@@ -593,30 +623,33 @@ def split_probe(
 
     from tfplace.tf_graph.step_stats import recv_tensor_records
 
-    build = _split_training_steps(src_device, dst_device, shape)
-    with _calibration_session(dst_device, build, target, config, reset) as (session, [pair]):
-        crossed = []
-        for fetch in pair:
-            for _ in range(warmup_steps):
-                session.run(fetch)
-            metadata = tf.compat.v1.RunMetadata()
-            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-            session.run(fetch, options=options, run_metadata=metadata)
-            crossed.append([record.producer for record in recv_tensor_records(metadata)])
-        own = set(crossed[0])
-        split = [producer for producer in crossed[1] if producer not in own]
-        if not split:
-            raise RuntimeError(
-                f"no tensor crossed from {src_device} to {dst_device} or back in the split training step: "
-                "the devices are one process's, or the traced step recorded no RecvTensor"
+    build = _split_training_steps(src_device, dst_device, shapes)
+    with _calibration_session(dst_device, build, target, config, reset) as (session, pairs):
+        probes = []
+        for pair in pairs:
+            crossed = []
+            for fetch in pair:
+                for _ in range(warmup_steps):
+                    session.run(fetch)
+                metadata = tf.compat.v1.RunMetadata()
+                options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                session.run(fetch, options=options, run_metadata=metadata)
+                crossed.append([record.producer for record in recv_tensor_records(metadata)])
+            own = set(crossed[0])
+            split = [producer for producer in crossed[1] if producer not in own]
+            if not split:
+                raise RuntimeError(
+                    f"no tensor crossed from {src_device} to {dst_device} or back in the split training step: "
+                    "the devices are one process's, or the traced step recorded no RecvTensor"
+                )
+            tensors = [
+                session.graph.get_operation_by_name(producer.split(":")[0]).outputs[0] for producer in split
+            ]
+            mean_bytes = float(
+                np.mean([(tensor.shape.num_elements() or 0) * tensor.dtype.size for tensor in tensors])
             )
-        tensors = [
-            session.graph.get_operation_by_name(producer.split(":")[0]).outputs[0] for producer in split
-        ]
-        mean_bytes = float(
-            np.mean([(tensor.shape.num_elements() or 0) * tensor.dtype.size for tensor in tensors])
-        )
-        yield SplitProbe(session, pair, processes, len(split), mean_bytes)
+            probes.append(SplitProbe(session, pair, processes, len(split), mean_bytes))
+        yield probes
 
 
 def _cpu_difference(session: Any, pair: tuple[Any, Any], processes: Sequence[int], repeats: int) -> float:
@@ -650,8 +683,11 @@ def calibrate_local_cluster(
 
     One CPU device per worker, each of ``memory`` bytes, linked by the loopback gRPC link fitted by
     :func:`calibrate_transfer` between the first two workers, whose per-tensor and per-byte CPU on
-    each side (:func:`calibrate_copy_cpu`, at most the link's own ``b`` and ``k``, as a split
-    training step spends it) the simulator charges to the devices, each the median of ``fits`` fits (:func:`pooled_links`); the
+    each side (:func:`calibrate_copy_cpu`, as a split training step spends it; its ``copy_b`` at
+    most the link's ``b``, and the link's ``k`` at least its ``copy_k``: a split's tensors of tens to
+    hundreds of kilobytes cost each side more per byte than the link's fit of one to 64 MB took
+    whole, session 34) the simulator charges to the devices, each the median of ``fits`` fits
+    (:func:`pooled_links`); the
     per-worker step overhead of :func:`calibrate_step_overhead`; and the machine's cores, which the
     workers share. A cluster of one worker gets only the overhead.
     """
@@ -670,7 +706,9 @@ def calibrate_local_cluster(
             names[0], names[1], cluster.pids[:2], target=cluster.target, config=profiled_run_config()
         )
         links.append(
-            dataclasses.replace(link, copy_k=min(copy.copy_k, link.k), copy_b=min(copy.copy_b, link.b))
+            dataclasses.replace(
+                link, k=max(link.k, copy.copy_k), copy_k=copy.copy_k, copy_b=min(copy.copy_b, link.b)
+            )
         )
     return DeviceSet(devices, inter_host=pooled_links(links), step_overhead=overhead, cores=cores)
 
