@@ -130,3 +130,12 @@ def test_blocks_of_one_block_nothing():
     graph, profile = step()
     assert matmul_row_blockings(graph, profile, {"MatMul/transpose_b": 1}) == {}
     assert matmul_row_blockings(graph, profile, {}) == {}
+
+
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_products_are_timed_by_their_traces_for_every_row():
+    from tfplace.estimator.row_blocks import time_matmul_rows
+
+    times = time_matmul_rows("MatMul/transpose_b", rows=3, inner=64, columns=32, repeats=2, sessions=1)
+    assert len(times) == 3 and all(0 < seconds < 1 for seconds in times)

@@ -238,8 +238,10 @@ CALIBRATION_FORMAT = 10
 """Version of a stored :class:`CpuCalibration`. 10 (session 34): a loopback link's ``copy_k`` is
 the CPU per byte and side of split training steps of two tensor sizes
 (:func:`tfplace.estimator.calibration.copy_cpu_line`), 0.45-0.6 ns per byte where one 64 MB
-tensor cost 0.32, and its ``k`` at least that; the ``MatMul`` row blocks are found on each
-row's median over three timings, not voted. 9 (session 33): a loopback link's ``copy_b`` is
+tensor cost 0.32, and its ``k`` at least that; the ``MatMul`` row blocks are timed as the
+profiler times ops, in a worker process of their own with one intra-op thread (the calibrating
+process's pool had two, and every calibration of session 34 found no staircase), and found on
+each row's median over three timings, not voted. 9 (session 33): a loopback link's ``copy_b`` is
 the CPU per tensor and side of a training step split between two workers
 (:func:`tfplace.estimator.calibration.split_probe`), and tensors sent together share none of it
 (format 8's ``copy_b_shared`` is ignored): the small models' splits spent 83-96 us per tensor

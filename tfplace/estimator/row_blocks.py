@@ -16,7 +16,6 @@ reads each ``MatMul``'s rows from a profile.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -59,9 +58,9 @@ STEP_SHARE = 0.2
 """A step must rise by more than this share of the smallest time (one row's): a pass over the
 weights is much of a product's time (steps of 25-45 us here after 80 us at one row, session 10,
 the session call included), where noise that happens to fit steps is a few percent of it. The
-times are the kernels' (:func:`time_matmul_rows` takes the session call out): on session 31's VM
-the call alone took 95-110 us, and steps of 26-33 us cleared this share of whole steps by at most
-4 us, so a calibration voted the staircase away."""
+times are the ops' traced times (:func:`time_matmul_rows`), without the session call: on session
+31's VM the call alone took 95-110 us, and steps of 26-33 us cleared this share of whole steps by
+at most 4 us, so a calibration voted the staircase away."""
 
 TIMED_ROWS = 12
 """The rows :func:`time_matmul_rows` times, up to which a staircase is known: past 15 rows the
@@ -190,19 +189,25 @@ def time_matmul_rows(
 ) -> list[float]:
     """The time of a float32 ``variant`` product (:data:`MATMUL_VARIANTS`) of ``m`` rows, ``inner``
     deep, into ``columns``, for ``m = 1 .. rows``: the NMT's shape, from variables (nothing to
-    fold), under the profiler's session config (:func:`~tfplace.estimator.profiler.profiling_config`).
-    Each is the smallest time of a step running it, over ``sessions`` sessions of ``repeats`` steps
-    each, the rows interleaved (within one session a product of some ``m`` could take 10-20% more in
-    every one of 100 steps, its buffers presumably, 262 us against 222 in the next session; other
-    processes only add time too), less the smallest time of a step running nothing in the same
-    sessions: the session call's own cost, which is no part of a pass over the weights. On session
-    31's AMD VM that call took 95-110 us of a one-row product's 125-143, and the staircase's steps
-    of 26-33 us fell under :data:`STEP_SHARE` of the whole step in a calibration."""
+    fold), as the profiler times an op (:func:`~tfplace.estimator.profiling_process.profiling_session`
+    under :func:`~tfplace.estimator.profiler.profiling_config`: a worker process of its own with
+    one intra-op thread, the op's traced time). Each is the smallest over ``sessions`` sessions of
+    ``repeats`` traced steps each, the rows interleaved (within one session a product of some ``m``
+    could take 10-20% more in every one of 100 steps, its buffers presumably, 262 us against 222 in
+    the next session; other processes only add time too).
+
+    In the process that calls it the kernels would run on the intra-op pool its first session
+    sized (TensorFlow sizes it once per process): ``tfplace calibrate`` opens others first, and on
+    two threads the staircase of ``transpose_b`` products blurs into a line (session 34: a period of
+    3 in every timing in a fresh process, 1 in every calibration that day)."""
     import tensorflow as tf
+
+    from tfplace.estimator.profiling_process import profiling_session
+    from tfplace.tf_graph.step_stats import collect_op_traces
 
     transpose_a, transpose_b = "transpose_a" in variant, "transpose_b" in variant
     best = [float("inf")] * rows
-    call = float("inf")
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     for _ in range(sessions):
         graph = tf.Graph()
         with graph.as_default():
@@ -214,21 +219,25 @@ def time_matmul_rows(
                 left = tf.compat.v1.Variable(
                     tf.random.normal([inner, m] if transpose_a else [m, inner]), name=f"rows{m}"
                 )
-                products.append(tf.matmul(left, weights, transpose_a=transpose_a, transpose_b=transpose_b).op)
+                products.append(
+                    tf.matmul(
+                        left, weights, transpose_a=transpose_a, transpose_b=transpose_b, name=f"product{m}"
+                    ).op
+                )
             initializer = tf.compat.v1.global_variables_initializer()
-            nothing = tf.no_op()
-        with tf.compat.v1.Session(graph=graph, config=profiling_config()) as session:
+        with profiling_session(graph, profiling_config(), "worker") as (session, _):
             session.run(initializer)
-            session.run([nothing, *products])  # warm up every kernel
+            session.run(products)  # warm up every kernel
             for _ in range(repeats):
-                start = time.perf_counter()
-                session.run(nothing)
-                call = min(call, time.perf_counter() - start)
                 for m, product in enumerate(products):
-                    start = time.perf_counter()
-                    session.run(product)
-                    best[m] = min(best[m], time.perf_counter() - start)
-    return [max(seconds - call, 0.0) for seconds in best]
+                    metadata = tf.compat.v1.RunMetadata()
+                    session.run(product, options=options, run_metadata=metadata)
+                    trace = collect_op_traces(metadata, {product.name}).get(product.name)
+                    if trace is not None:
+                        best[m] = min(best[m], trace.compute_time)
+    if not all(map(np.isfinite, best)):
+        raise RuntimeError(f"no traced time of a {variant} product for some rows: {best}")
+    return best
 
 
 def row_block(timings: Sequence[Sequence[float]]) -> int:
