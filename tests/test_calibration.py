@@ -212,6 +212,21 @@ def test_a_virtual_handoff_costs_the_slope_of_time_against_tensors_handed_over_t
         slope_per_count((16, 16), [4e-5, 5e-5])
 
 
+def test_a_virtual_handoff_is_the_median_of_its_fits(monkeypatch):
+    from tfplace.estimator import calibration
+
+    per_tensor = iter([2.5e-6, 4.7e-6, 4.1e-6])
+
+    def timed(*args, counts, **kwargs):
+        slope = next(per_tensor)
+        return [8e-6 + n * slope for n in counts]
+
+    monkeypatch.setattr(calibration, "time_concurrent_transfers", timed)
+    assert calibration.handoff_per_tensor("/device:CPU:0", "/device:CPU:1", fits=3) == pytest.approx(4.1e-6)
+    with pytest.raises(ValueError, match="fits must be at least 1"):
+        calibration.handoff_per_tensor("/device:CPU:0", "/device:CPU:1", fits=0)
+
+
 def test_the_step_overhead_is_the_time_per_host_of_steps_on_more_and_more_hosts():
     from tfplace.estimator.calibration import overhead_per_host
 
