@@ -124,6 +124,9 @@ flags.DEFINE_integer(
     RepeatPolicy().sessions,
     "Sessions the steps of each measurement are spread over (RepeatPolicy.sessions).",
 )
+flags.DEFINE_boolean(
+    "twins", True, "Fit kernel twins on their pooled times (tfplace.estimator.twins); false: each op alone."
+)
 flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
 flags.DEFINE_enum("statistic", RepeatPolicy().statistic, list(STATISTICS), "Per-op statistic over steps.")
 flags.DEFINE_float(
@@ -242,6 +245,7 @@ def measure(name: str) -> Any:
             sessions=FLAGS.sessions,
             niceness=FLAGS.niceness,
         ),
+        pool_twins=FLAGS.twins,
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
     )

@@ -111,7 +111,9 @@ def estimate_costs(
 ) -> CostEstimate:
     """Standard Evaluation (Celeritas section 4.2.1): the step's costs at ``batch_size``.
 
-    Step 1 profiles small batches and predicts the target batch by regression; with ``refine_on``,
+    Step 1 profiles small batches and predicts the target batch by regression
+    (:class:`~tfplace.estimator.regression.OpCostRegression`, each group of kernel twins on its
+    pooled times: :func:`~tfplace.estimator.twins.kernel_twins`); with ``refine_on``,
     step 2 then runs the target batch on those devices (DFS-TOPO placement) and replaces the
     predictions by what it measured (:func:`tfplace.estimator.refine.refine_costs`).
 
@@ -150,6 +152,7 @@ def estimate_costs(
     from tfplace.estimator.regression import OpCostRegression, fill_cost_graph
     from tfplace.estimator.row_blocks import matmul_row_blockings
     from tfplace.estimator.simd import cpu_float_lanes
+    from tfplace.estimator.twins import kernel_twins
     from tfplace.tf_graph.importer import import_graph, load_graph
 
     with quiet(not progress):
@@ -180,7 +183,11 @@ def estimate_costs(
                 f"predicting batch {batch_size} needs two or more profiled batch sizes, got {list(profile.batch_sizes)}"
             )
         blockings = matmul_row_blockings(imported.cost_graph, profile, matmul_row_blocks or {})
-        regression = OpCostRegression().fit(profile, blockings) if len(profile.batch_sizes) > 1 else None
+        regression = (
+            OpCostRegression().fit(profile, blockings, kernel_twins(imported.cost_graph, profile))
+            if len(profile.batch_sizes) > 1
+            else None
+        )
         costs = regression.predict(batch_size) if regression is not None else profile.costs[batch_size]
         filled = fill_cost_graph(_step_graph(imported.cost_graph, imported.step_ops), costs)
         if regression is not None:

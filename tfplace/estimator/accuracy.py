@@ -42,7 +42,8 @@ import numpy as np
 from tfplace.core.costgraph import allocated_bytes
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, RepeatPolicy, profile_graph
 from tfplace.estimator.regression import OpCostRegression
-from tfplace.estimator.row_blocks import RowBlocking, step_row_blockings
+from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings
+from tfplace.estimator.twins import kernel_twins
 
 __all__ = [
     "AccuracyReport",
@@ -218,6 +219,7 @@ def compare_profiles(
     worst: int = 10,
     regression: OpCostRegression | None = None,
     row_blockings: Mapping[str, RowBlocking] | None = None,
+    twins: Sequence[Sequence[str]] = (),
 ) -> AccuracyReport:
     """Fit the regression on ``small``, predict ``target_batch`` and compare with ``large``'s costs there.
 
@@ -236,13 +238,14 @@ def compare_profiles(
     regression : OpCostRegression, optional
         The estimator to fit (default ``OpCostRegression()``).
     row_blockings : mapping of str to RowBlocking, optional
+    twins : sequence of sequence of str, optional
         Passed to :meth:`OpCostRegression.fit`.
 
     Returns
     -------
     AccuracyReport
     """
-    regression = (regression or OpCostRegression()).fit(small, row_blockings)
+    regression = (regression or OpCostRegression()).fit(small, row_blockings, twins)
     predicted = regression.predict(target_batch)
     measured = large.costs[target_batch]
     estimated = set(small.estimated_ops) | set(large.estimated_ops)
@@ -301,6 +304,7 @@ def estimation_accuracy(
     repeats: RepeatPolicy | None = None,
     regression: OpCostRegression | None = None,
     matmul_row_blocks: Mapping[str, int] | None = None,
+    pool_twins: bool = True,
 ) -> AccuracyReport:
     """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
 
@@ -327,6 +331,10 @@ def estimation_accuracy(
     matmul_row_blocks : mapping of str to int, optional
         The machine's ``MatMul`` row blocks by variant
         (:attr:`~tfplace.core.device_model.CpuCalibration.matmul_row_blocks`); ``None``: 1 for all.
+    pool_twins : bool
+        Fit each group of kernel twins on its pooled times
+        (:func:`~tfplace.estimator.twins.kernel_twins`), as :func:`tfplace.api.estimate_costs`
+        does; False fits each op alone.
 
     Returns
     -------
@@ -354,7 +362,16 @@ def estimation_accuracy(
     large = profile([target_batch])
     small = profile(profile_batch_sizes)
     second = profile([target_batch], cache=None) if floor else None
-    blockings = step_row_blockings(graph, fetches, small, matmul_row_blocks or {})
+    from tfplace.tf_graph.importer import import_graph
+
+    step = import_graph(graph, fetches).cost_graph
     return compare_profiles(
-        small, large, target_batch, second=second, worst=worst, regression=regression, row_blockings=blockings
+        small,
+        large,
+        target_batch,
+        second=second,
+        worst=worst,
+        regression=regression,
+        row_blockings=matmul_row_blockings(step, small, matmul_row_blocks or {}),
+        twins=kernel_twins(step, small) if pool_twins else (),
     )

@@ -18,6 +18,7 @@ from tfplace.core.costgraph import AliasedOutput, CostGraph, CostGraphError
 from tfplace.core.transfer import TransferModel
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, shared_aliases
 from tfplace.estimator.row_blocks import RowBlocking
+from tfplace.estimator.twins import pooled_twin_times
 
 __all__ = ["OpCostRegression", "fill_cost_graph", "regime_starts"]
 
@@ -156,6 +157,12 @@ class OpCostRegression:
     Its :meth:`batch_costs` are that line (or convex model) of the batch size itself: the staircase's
     upper envelope, exact where the rows fill whole passes.
 
+    Ops that run one kernel on one shape (``twins`` of :meth:`fit`,
+    :func:`~tfplace.estimator.twins.kernel_twins`: an unrolled RNN's cells, a Transformer's layers)
+    grow alike with the batch. Each is fitted on its group's mean times plus its own mean offset
+    from them (:func:`~tfplace.estimator.twins.pooled_twin_times`), so that the noise of one op's
+    measurements is not extrapolated to the target batch.
+
     Below its regime the line overestimates an op (a piece of a split batch,
     :func:`tfplace.split.costs.time_at_batch`): the regime's per-example cost is the one that
     holds from its first batch size up.
@@ -187,6 +194,8 @@ class OpCostRegression:
         Per op, the index in ``batch_sizes_`` of the first batch size its time was fitted on.
     row_blockings_ : dict of str to RowBlocking
         The ops fitted on the rows their passes cover, as given to :meth:`fit`.
+    twins_ : list of list of str
+        The groups of kernel twins whose times were pooled, as given to :meth:`fit` (profiled ops only).
     time_line_ : ndarray of shape (n_ops, 2)
         ``[slope, intercept]`` of each op's time line (seconds per example, seconds).
     time_power_ : ndarray of shape (n_ops, 2)
@@ -223,12 +232,18 @@ class OpCostRegression:
         self.time_floor = time_floor
 
     def fit(
-        self, profile_set: ProfileSet, row_blockings: Mapping[str, RowBlocking] | None = None
+        self,
+        profile_set: ProfileSet,
+        row_blockings: Mapping[str, RowBlocking] | None = None,
+        twins: Sequence[Sequence[str]] = (),
     ) -> OpCostRegression:
         """Fit one model per op to the costs of ``profile_set`` (at least two batch sizes); the ops
         of ``row_blockings`` (:func:`~tfplace.estimator.row_blocks.matmul_row_blockings`) on the rows
         their passes cover (class docstring). Without it (or from blocks that are all 1, which
-        block no op) the fit is the one without row blocks.
+        block no op) the fit is the one without row blocks. Each group of ``twins``
+        (:func:`~tfplace.estimator.twins.kernel_twins`) is fitted on its pooled times
+        (:func:`~tfplace.estimator.twins.pooled_twin_times`: the group's growth, each op's level);
+        ops of a group that were not profiled are left out of it.
 
         Raises
         ------
@@ -248,7 +263,12 @@ class OpCostRegression:
                 )
         x = np.asarray(sizes, dtype=float)
         per_batch = [[profile_set.costs[b][op] for b in sizes] for op in ops]
-        times = np.array([[cost.compute_time for cost in row] for row in per_batch])
+        index = {op: i for i, op in enumerate(ops)}
+        self.twins_ = [[op for op in group if op in index] for group in twins]
+        times = pooled_twin_times(
+            np.array([[cost.compute_time for cost in row] for row in per_batch]),
+            [[index[op] for op in group] for group in self.twins_],
+        )
         self.row_blockings_ = {
             op: blocking
             for op, blocking in (row_blockings or {}).items()

@@ -40,7 +40,6 @@ __all__ = [
     "measure_matmul_row_blocks",
     "row_block",
     "staircase_period",
-    "step_row_blockings",
     "time_matmul_rows",
 ]
 
@@ -164,18 +163,6 @@ def matmul_row_blockings(
         if len(ratios) == 1 and all(r.denominator == 1 and 0 < r <= TIMED_ROWS for r in rows):
             blockings[op] = RowBlocking(ratios.pop(), block)
     return blockings
-
-
-def step_row_blockings(
-    graph: Any, fetches: Any, profile_set: ProfileSet, blocks: Mapping[str, int]
-) -> dict[str, RowBlocking]:
-    """:func:`matmul_row_blockings` of a TensorFlow ``graph``'s step (imported for its ops' types,
-    attributes and shapes only when some block is over 1)."""
-    if all(block <= 1 for block in blocks.values()):
-        return {}
-    from tfplace.tf_graph.importer import import_graph
-
-    return matmul_row_blockings(import_graph(graph, fetches).cost_graph, profile_set, blocks)
 
 
 def time_matmul_rows(
