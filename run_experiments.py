@@ -275,6 +275,7 @@ def place_model(
             target_batch=FLAGS.accuracy_batch,
             init_op=spec.init_op,
             cache_dir=FLAGS.cache_dir,
+            interleaved=False,  # reuses the placement's cached small-batch profile
         )
     return runs, fusion, len(spec.graph.get_operations()), accuracy
 

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from tfplace.estimator.accuracy import compare_profiles, estimation_accuracy, memory_of
+from tfplace.estimator.accuracy import compare_profiles, estimation_accuracy, mean_over_rounds, memory_of
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet
 from tfplace.estimator.row_blocks import RowBlocking
 
@@ -101,3 +101,27 @@ def test_no_comparable_op_gives_nan_not_an_error():
 def test_accuracy_needs_two_profile_batches_below_the_target(batches):
     with pytest.raises(ValueError, match="below the target 8"):
         estimation_accuracy(None, None, None, profile_batch_sizes=batches, target_batch=8)
+
+
+def test_rounds_of_one_measurement_give_each_ops_mean_time_and_its_error_between_them():
+    errors = {8: {"conv": 1e-5, "add": 1e-7}}
+    first = measured_at_8(8e-3, steps={8: (10, 10)}, profiling_seconds=5.0, time_errors=errors)
+    second = measured_at_8(10e-3, steps={8: (9, 10)}, profiling_seconds=6.0, time_errors=errors)
+    mean = mean_over_rounds([first, second])
+    assert mean.costs[8]["conv"].compute_time == pytest.approx(9e-3)
+    assert mean.costs[8]["add"].compute_time == pytest.approx(16e-6)
+    assert mean.time_errors[8]["conv"] == pytest.approx(1e-3)  # sample deviation 1.41e-3 over sqrt(2)
+    assert mean.costs[8]["conv"].output_sizes == (8000,)  # the memory of the first
+    assert mean.steps == {8: (19, 20)}
+    assert mean.profiling_seconds == pytest.approx(11.0)
+    assert mean.step_times == {8: 0.5}
+
+
+def test_an_op_estimated_in_one_round_is_estimated_in_their_mean():
+    mean = mean_over_rounds([measured_at_8(8e-3), measured_at_8(8e-3, estimated_ops=("add",))])
+    assert mean.estimated_ops == ("add",)
+
+
+def test_rounds_of_different_batch_sizes_are_refused():
+    with pytest.raises(ValueError, match="different batch sizes"):
+        mean_over_rounds([measured_at_8(8e-3), small_profile()])

@@ -43,6 +43,7 @@ from tfplace.core.costgraph import allocated_bytes
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet, RepeatPolicy, profile_graph
 from tfplace.estimator.regression import OpCostRegression
 from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings
+from tfplace.estimator.statistics import across_sessions
 from tfplace.estimator.twins import kernel_twins
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "DeviationSummary",
     "compare_profiles",
     "estimation_accuracy",
+    "mean_over_rounds",
     "memory_of",
     "relative_deviations",
     "summarize_deviations",
@@ -288,6 +290,82 @@ def compare_profiles(
     )
 
 
+def mean_over_rounds(profiles: Sequence[ProfileSet]) -> ProfileSet:
+    """One measurement from ``profiles`` of the same batch sizes, each of one session, taken in
+    turns with other measurements (:func:`estimation_accuracy`): per op the mean of their times
+    and kernel times, the standard error of the time measured between them
+    (:func:`~tfplace.estimator.statistics.across_sessions`, as the profiler combines its own
+    sessions), the memory of the first profile that has the op; the steps added up, each step
+    time the median over the profiles, the profiling seconds summed.
+
+    Raises
+    ------
+    ValueError
+        No profiles, or profiles of different batch sizes.
+    """
+    if not profiles:
+        raise ValueError("a mean over rounds needs at least one profile")
+    first = profiles[0]
+    if any(p.batch_sizes != first.batch_sizes for p in profiles):
+        raise ValueError(f"rounds of different batch sizes: {[list(p.batch_sizes) for p in profiles]}")
+    costs, errors = {}, {}
+    for b in first.batch_sizes:
+        measured = across_sessions(
+            [
+                {
+                    op: (cost.compute_time, p.time_errors.get(b, {}).get(op, 0.0))
+                    for op, cost in p.costs[b].items()
+                }
+                for p in profiles
+            ]
+        )
+        costs[b] = {}
+        for op, (seconds, _) in measured.items():
+            each = [p.costs[b][op] for p in profiles if op in p.costs[b]]
+            kernels = [cost.kernel_time for cost in each if cost.kernel_time is not None]
+            kernel = float(np.mean(kernels)) if len(kernels) == len(each) else None
+            costs[b][op] = replace(each[0], compute_time=seconds, kernel_time=kernel)
+        errors[b] = {op: measured[op][1] for op in {op for p in profiles for op in p.time_errors.get(b, {})}}
+    kinds = {kind for p in profiles for kind in p.untraced_step_times}
+    return replace(
+        first,
+        costs=costs,
+        estimated_ops=tuple(sorted({op for p in profiles for op in p.estimated_ops})),
+        estimated_outputs=tuple(sorted({op for p in profiles for op in p.estimated_outputs})),
+        step_times={
+            b: float(np.median([p.step_times[b] for p in profiles if b in p.step_times]))
+            for b in first.step_times
+        },
+        untraced_step_times={
+            kind: {
+                b: float(
+                    np.median(
+                        [
+                            p.untraced_step_times[kind][b]
+                            for p in profiles
+                            if b in p.untraced_step_times.get(kind, {})
+                        ]
+                    )
+                )
+                for b in first.batch_sizes
+                if any(b in p.untraced_step_times.get(kind, {}) for p in profiles)
+            }
+            for kind in kinds
+        },
+        time_errors=errors,
+        steps={
+            b: (
+                sum(p.steps.get(b, (0, 0))[0] for p in profiles),
+                sum(p.steps.get(b, (0, 0))[1] for p in profiles),
+            )
+            for b in first.batch_sizes
+        },
+        key="",
+        profiling_seconds=sum(p.profiling_seconds for p in profiles),
+        from_cache=False,
+    )
+
+
 def estimation_accuracy(
     graph: Any,
     fetches: Any,
@@ -305,15 +383,24 @@ def estimation_accuracy(
     regression: OpCostRegression | None = None,
     matmul_row_blocks: Mapping[str, int] | None = None,
     pool_twins: bool = True,
+    interleaved: bool = True,
 ) -> AccuracyReport:
     """Profile ``graph`` at ``profile_batch_sizes`` and at ``target_batch`` and compare (TensorFlow).
 
     The profiles go through :func:`~tfplace.estimator.profiler.profile_graph` with the same
-    settings as :func:`tfplace.api.estimate_costs`, so with the same ``cache_dir`` the small-batch
-    profile of a placement is reused. With ``floor``, ``target_batch`` is measured a second time,
-    by the same procedure in a session of its own and never from the cache, for the noise floor;
-    the order is target, small batches, target again, so that a slow phase of the machine does not
-    fall on the two target measurements only.
+    settings as :func:`tfplace.api.estimate_costs`. With ``floor``, ``target_batch`` is measured a
+    second time, by the same procedure in sessions of its own and never from the cache, for the
+    noise floor, in the order target, small batches, target again.
+
+    With ``interleaved`` (and ``floor``) the three measurements take their sessions in turns: each
+    of ``repeats``' sessions (:meth:`~tfplace.estimator.statistics.RepeatPolicy.per_session`) is a
+    round of one session of each, and each measurement is the mean of its rounds
+    (:func:`mean_over_rounds`), as the profiler averages its own sessions. This VM's speed moves
+    by up to a quarter over minutes: measured one after the other, the NMT's two measurements of
+    batch 8, eight sessions each, differed by 11.2% weighted by time (session 35), where its
+    sessions within one measurement differed by 4%. Without ``interleaved`` the measurements are
+    taken one after the other, and with the same ``cache_dir`` the small-batch profile of a
+    placement is reused (the rounds are never cached: each is one session of the same settings).
 
     Parameters
     ----------
@@ -335,6 +422,8 @@ def estimation_accuracy(
         Fit each group of kernel twins on its pooled times
         (:func:`~tfplace.estimator.twins.kernel_twins`), as :func:`tfplace.api.estimate_costs`
         does; False fits each op alone.
+    interleaved : bool
+        Take the measurements' sessions in turns (above).
 
     Returns
     -------
@@ -359,9 +448,29 @@ def estimation_accuracy(
             repeats=repeats,
         )
 
-    large = profile([target_batch])
-    small = profile(profile_batch_sizes)
-    second = profile([target_batch], cache=None) if floor else None
+    if interleaved and floor:
+        rounds = [
+            tuple(
+                profile_graph(
+                    graph,
+                    fetches,
+                    feed_fn,
+                    sizes,
+                    warmup_steps=warmup_steps,
+                    traced_steps=fewest,
+                    init_op=init_op,
+                    cache_dir=None,
+                    repeats=each,
+                )
+                for sizes in ([target_batch], profile_batch_sizes, [target_batch])
+            )
+            for each, fewest in (repeats or RepeatPolicy()).per_session(traced_steps)
+        ]
+        large, small, second = (mean_over_rounds(taken) for taken in zip(*rounds))
+    else:
+        large = profile([target_batch])
+        small = profile(profile_batch_sizes)
+        second = profile([target_batch], cache=None) if floor else None
     from tfplace.tf_graph.importer import import_graph
 
     step = import_graph(graph, fetches).cost_graph
