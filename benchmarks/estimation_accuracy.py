@@ -125,6 +125,11 @@ flags.DEFINE_integer(
     "Sessions the steps of each measurement are spread over (RepeatPolicy.sessions).",
 )
 flags.DEFINE_boolean(
+    "interleaved",
+    True,
+    "Take the three measurements' sessions in turns (estimation_accuracy); false: one after the other.",
+)
+flags.DEFINE_boolean(
     "twins", True, "Fit kernel twins on their pooled times (tfplace.estimator.twins); false: each op alone."
 )
 flags.DEFINE_float("target_error", 0.01, "Time-weighted relative error (split-half) to stop at.")
@@ -246,6 +251,7 @@ def measure(name: str) -> Any:
             niceness=FLAGS.niceness,
         ),
         pool_twins=FLAGS.twins,
+        interleaved=FLAGS.interleaved,
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
     )
