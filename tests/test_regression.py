@@ -16,14 +16,14 @@ from tfplace.estimator.row_blocks import RowBlocking, matmul_row_blockings
 BATCHES = (1, 2, 4)
 
 
-def profile(costs_at):
-    """A ProfileSet from ``costs_at(batch) -> {op: OpCost}`` at BATCHES."""
-    return ProfileSet(batch_sizes=BATCHES, costs={b: costs_at(b) for b in BATCHES})
+def profile(costs_at, sizes=BATCHES):
+    """A ProfileSet from ``costs_at(batch) -> {op: OpCost}`` at ``sizes``."""
+    return ProfileSet(batch_sizes=sizes, costs={b: costs_at(b) for b in sizes})
 
 
-def timed(times):
-    """A profile of one op ``a`` with the given compute time per batch size."""
-    return profile(lambda b: {"a": OpCost(times[BATCHES.index(b)], (4 * b,), 0, 0)})
+def timed(times, sizes=BATCHES):
+    """A profile of one op ``a`` with the given compute time per batch size of ``sizes``."""
+    return profile(lambda b: {"a": OpCost(times[sizes.index(b)], (4 * b,), 0, 0)}, sizes)
 
 
 def test_memory_that_is_linear_in_the_batch_is_recovered_exactly():
@@ -94,10 +94,18 @@ def test_the_regime_ends_at_the_first_batch_size_below_a_steeper_rise():
             [100.0, 200.0, 1000.0, 1100.0],  # steep from 2 to 4: batches 1 and 2 are both left out
             [100.0, 200.0, 400.0, 800.0],  # proportional: one regime
             [500.0, 400.0, 700.0, 1300.0],  # falls from 1 to 2 (noise): does not end the regime
+            [300.0, 305.0, 340.0, 420.0],  # ramps up: 5, 17.5, then 20 per example from 4 on
         ]
     )
-    assert regime_starts(x, times, tolerance=0.5).tolist() == [1, 2, 0, 0]
-    assert regime_starts(x, times, tolerance=1.0).tolist() == [0, 0, 0, 0]
+    assert regime_starts(x, times, tolerance=0.5).tolist() == [1, 2, 0, 0, 1]
+    assert regime_starts(x, times, tolerance=1.0).tolist() == [0, 0, 0, 0, 0]
+
+
+def test_an_op_whose_added_examples_cost_more_towards_the_target_extrapolates_the_larger_batches():
+    # the NMT's forward product [m, 768] x [768, 1024] as a bare kernel at m = 2, 4, 6 (then 163 us at 8)
+    model = OpCostRegression().fit(timed([110e-6, 110e-6, 133e-6], sizes=(2, 4, 6)))
+    assert model.time_regime_.tolist() == [1]
+    assert model.predict(8)["a"].compute_time == pytest.approx(156e-6)
 
 
 def test_a_time_that_barely_grows_with_the_batch_is_predicted_constant_at_its_mean():
@@ -115,10 +123,12 @@ def test_a_long_op_that_grows_little_with_the_batch_keeps_its_line():
 
 
 def test_times_growing_faster_than_the_batch_follow_their_line_past_the_profiled_batches():
-    # Theil-Sen through (1, 1), (2, 2), (4, 9) us: slope 8/3 us per example, intercept -5/3 us
+    # (1, 1), (2, 2), (4, 9) us: an added example costs 1 us from 1 to 2, 3.5 us from 2 to 4, so the
+    # regime is batches 2 and 4: slope 3.5 us per example, intercept -5 us
     model = OpCostRegression().fit(timed([1e-6, 2e-6, 9e-6]))
     assert model.time_fit_ == ["convex"]
-    assert model.predict(8)["a"].compute_time == pytest.approx((8 * 8 / 3 - 5 / 3) * 1e-6)
+    assert model.time_regime_.tolist() == [1]
+    assert model.predict(8)["a"].compute_time == pytest.approx((8 * 3.5 - 5) * 1e-6)
     assert model.predict(8)["a"].compute_time > 9e-6 * 8 / 4  # above the proportional power law
 
 

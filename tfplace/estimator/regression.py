@@ -71,9 +71,13 @@ def regime_starts(x: np.ndarray, times: np.ndarray, tolerance: float) -> np.ndar
     from it to the next one more steeply than ``1 / (1 - tolerance)`` times the regime's slope:
     there each added example cost more than it does nearer the target (another kernel at that
     batch, or too few examples to keep the vector units busy), and that batch size and all
-    smaller ones are left out. A time that falls towards the next batch size (noise) never ends
-    the regime. With ``tolerance`` of 1 or more, or fewer than three batch sizes, every op's
-    regime starts at the smallest (0).
+    smaller ones are left out. So is one from which the time rises less than ``1 - tolerance``
+    times the regime's slope, where that slope is positive: each added example cost less there
+    than nearer the target, a kernel whose cost per row ramps up (the NMT's forward products,
+    ``[m, 768] x [768, 1024]``, took 110, 110, 133 and 163 us at m = 2, 4, 6, 8 as a bare kernel,
+    session 35). A time that falls towards the next batch size (noise) never ends the regime.
+    With ``tolerance`` of 1 or more, or fewer than three batch sizes, every op's regime starts
+    at the smallest (0).
     """
     slopes = np.diff(times, axis=1) / np.diff(x)
     starts = np.zeros(len(times), dtype=int)
@@ -82,9 +86,12 @@ def regime_starts(x: np.ndarray, times: np.ndarray, tolerance: float) -> np.ndar
     regime = slopes[:, -1]
     open_ = np.ones(len(times), dtype=bool)
     for segment in range(slopes.shape[1] - 2, -1, -1):
-        steeper = (slopes[:, segment] > 0) & (slopes[:, segment] * (1 - tolerance) > regime)
-        starts = np.where(open_ & steeper, segment + 1, starts)
-        open_ &= ~steeper
+        slope = slopes[:, segment]
+        steeper = (slope > 0) & (slope * (1 - tolerance) > regime)
+        flatter = (slope >= 0) & (slope < regime * (1 - tolerance))
+        ends = steeper | flatter
+        starts = np.where(open_ & ends, segment + 1, starts)
+        open_ &= ~ends
     return starts
 
 
@@ -115,7 +122,10 @@ class OpCostRegression:
       take 60-100 us at batch 1 and 1.17-1.23 ms at 2, 4 and 8 (1.3 ms at 16): the line through
       all three batch sizes predicted 2.0 ms at 8, the regime's 1.3 ms, and the deviation
       weighted by time fell from 11.4% to 5.2% (the two measurements differ by 3.5%; load 2-3,
-      the same profiles for both fits). Within the regime Theil-Sen keeps one batch size
+      the same profiles for both fits). So is one where an added example cost clearly less
+      (under ``1 - regime_tolerance`` times, half by default; since session 35): a kernel whose
+      cost per row ramps up towards the target, which a line through the flat start
+      underpredicts (the NMT's forward products). Within the regime Theil-Sen keeps one batch size
       measured low (a disturbed measurement) from bending the line, where least squares would
       tilt it and extrapolate the error: on Tensor Holography (load 13) the deviation weighted
       by time fell from 5.1% (least squares) to 3.6%, against 3.5% between the two
@@ -175,10 +185,10 @@ class OpCostRegression:
     flat_below : float
         Seconds: ops at least this long at some profiled batch always get a line or a convex model.
     regime_tolerance : float
-        How much steeper (as a fraction: the regime's slope over the smaller batch's is below
-        ``1 - regime_tolerance``) the time of an op may rise towards a smaller batch size before
-        that batch size is off its regime (:func:`regime_starts`); 1 or more: every profiled batch
-        size is in the regime.
+        How much steeper or flatter (as a fraction: the regime's slope over the smaller batch's,
+        or the smaller batch's over the regime's, is below ``1 - regime_tolerance``) the time of
+        an op may rise towards a smaller batch size before that batch size is off its regime
+        (:func:`regime_starts`); 1 or more: every profiled batch size is in the regime.
     time_floor : float
         Seconds an op takes at least in a prediction.
 
