@@ -2,9 +2,10 @@
 
 Per model (small configurations, :data:`MODEL_SIZES`) and per machine condition, in one run:
 profile the training step at the small batch sizes, predict every op's compute time at the target
-batch (:class:`~tfplace.estimator.regression.OpCostRegression`), and measure the target batch
-twice, each time by the same procedure (its own session, the profiler's repeats and statistic,
-:class:`~tfplace.estimator.statistics.RepeatPolicy`), in the order target, small, target
+batch (:class:`~tfplace.estimator.regression.OpCostRegression`, kernel twins pooled), and measure
+the target batch twice, each time by the same procedure (sessions of its own, the profiler's
+repeats and statistic, :class:`~tfplace.estimator.statistics.RepeatPolicy`), the three
+measurements' sessions in turns: target, small, target, then again
 (:func:`tfplace.estimator.accuracy.estimation_accuracy`). It prints
 
 - the prediction's mean per-op relative time deviation, pooled over both measurements, and the
@@ -58,6 +59,25 @@ prediction 25.1% and 24.0% per op (ratio 1.49 and 1.57), 9.9% and 7.7% weighted 
 4.6% and 4.4%); ``--sessions=3``: 16.7% (1.14) and 6.4% weighted (floor 4.5%), and with
 ``--max_steps=60`` 20.3% (1.44) and 6.5% (floor 4.5%).
 
+**Measurements in turns.** ``--interleaved`` (the default since session 35) makes each of the
+``--sessions`` a round of one session of each measurement, in the order target, small, target,
+and each measurement the mean of its rounds
+(:func:`~tfplace.estimator.accuracy.mean_over_rounds`); ``--interleaved=false`` takes each
+measurement's sessions one after the other, as before. This VM's speed moves by up to a quarter
+over minutes: with eight sessions per measurement one after the other, the NMT's two
+measurements of batch 8 differed by 11.2% weighted by time, its sessions within one by about 4%
+(session 35). Taken in turns, a slow minute falls on all three measurements alike, and the floor
+is what measuring the same batch again costs, not what the machine did meanwhile. On the NMT
+(idle, session 35, one run each, kernel twins pooled) one after the other: 13.5% per op (ratio
+1.17), 6.4% weighted (floor 4.8%); in turns: 16.3% (1.45) and 14.1% (1.34) per op, 6.4% and 5.6%
+weighted (floors 4.9% and 2.6%). The prediction did not move; the floor became tighter.
+
+**Kernel twins.** ``--twins`` (the default since session 35, as
+:func:`tfplace.api.estimate_costs` fits) fits ops that run one kernel on one shape on their
+group's growth with the batch plus their own level (:mod:`tfplace.estimator.twins`);
+``--twins=false`` fits each op alone. On seven sets of NMT profiles (the same profiles fitted both
+ways) the weighted deviation fell by 0.6-1.4 points in six and moved 0.02 in the seventh.
+
 **Preemption.** ``--preemption`` (on by default) drops the op times a preemption of
 TensorFlow's thread inflated, told by the scheduler's accounting read around each step
 (:func:`~tfplace.estimator.statistics.without_preemption`); ``--preemption=false`` keeps them.
@@ -90,6 +110,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
+import json
 import os
 import signal
 import subprocess
@@ -158,6 +180,17 @@ flags.DEFINE_string(
     "a missing file or '': none (every block 1).",
 )
 flags.DEFINE_integer("worst", 0, "Ops with the largest absolute time error to list per model.")
+flags.DEFINE_string(
+    "profiles_dir",
+    None,
+    "Save each model's three measurements here (<model>_<machine>.json.gz), for --refit_from.",
+)
+flags.DEFINE_string(
+    "refit_from",
+    None,
+    "Measure nothing: fit and compare the measurements a run saved in this --profiles_dir "
+    "(the same profiles fitted another way: --twins, --regime_tolerance, --calibration).",
+)
 flags.DEFINE_string("table5_dir", None, "Write table5_estimation.md/.csv here (first condition's rows).")
 flags.DEFINE_string("output", None, "Write the printed table as Markdown to this file.")
 
@@ -220,40 +253,73 @@ def spinning_cores(count: int) -> Iterator[list[int]]:
             spinner.wait()
 
 
-def measure(name: str) -> Any:
-    """The :class:`~tfplace.estimator.accuracy.AccuracyReport` of one model, with the noise floor."""
+def measure(name: str, machine: str) -> Any:
+    """The :class:`~tfplace.estimator.accuracy.AccuracyReport` of one model, with the noise floor:
+    measured (saved to ``--profiles_dir``), or the measurements of ``--refit_from`` fitted again."""
     from models import build_model
-    from tfplace.estimator.accuracy import estimation_accuracy
+    from tfplace.estimator.accuracy import compare_step_profiles, measure_accuracy_profiles
     from tfplace.estimator.regression import OpCostRegression
     from tfplace.estimator.statistics import RepeatPolicy
 
     spec = build_model(name, **MODEL_SIZES[name])
-    return estimation_accuracy(
+    if FLAGS.refit_from:
+        profiles = load_profiles(Path(FLAGS.refit_from) / f"{name}_{machine}.json.gz")
+    else:
+        profiles = measure_accuracy_profiles(
+            spec.graph,
+            spec.train_op,
+            spec.feed_fn,
+            profile_batch_sizes=[int(b) for b in FLAGS.profile_batches],
+            target_batch=FLAGS.target_batch,
+            init_op=spec.init_op,
+            warmup_steps=FLAGS.warmup_steps,
+            traced_steps=FLAGS.traced_steps,
+            cache_dir=None,
+            floor=True,
+            repeats=RepeatPolicy(
+                max_steps=FLAGS.max_steps,
+                target_error=FLAGS.target_error,
+                statistic=FLAGS.statistic,
+                lower_fraction=FLAGS.lower_fraction,
+                outlier_factor=FLAGS.outlier_factor,
+                preemption=FLAGS.preemption,
+                sessions=FLAGS.sessions,
+                niceness=FLAGS.niceness,
+            ),
+            interleaved=FLAGS.interleaved,
+        )
+        if FLAGS.profiles_dir:
+            save_profiles(profiles, Path(FLAGS.profiles_dir) / f"{name}_{machine}.json.gz")
+    return compare_step_profiles(
         spec.graph,
         spec.train_op,
-        spec.feed_fn,
-        profile_batch_sizes=[int(b) for b in FLAGS.profile_batches],
-        target_batch=FLAGS.target_batch,
-        init_op=spec.init_op,
-        warmup_steps=FLAGS.warmup_steps,
-        traced_steps=FLAGS.traced_steps,
-        cache_dir=None,
+        profiles,
+        FLAGS.target_batch,
         worst=FLAGS.worst,
-        floor=True,
-        repeats=RepeatPolicy(
-            max_steps=FLAGS.max_steps,
-            target_error=FLAGS.target_error,
-            statistic=FLAGS.statistic,
-            lower_fraction=FLAGS.lower_fraction,
-            outlier_factor=FLAGS.outlier_factor,
-            preemption=FLAGS.preemption,
-            sessions=FLAGS.sessions,
-            niceness=FLAGS.niceness,
-        ),
-        pool_twins=FLAGS.twins,
-        interleaved=FLAGS.interleaved,
         regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
+        pool_twins=FLAGS.twins,
+    )
+
+
+def save_profiles(profiles: Any, path: Path) -> None:
+    """Write the three measurements of :class:`~tfplace.estimator.accuracy.AccuracyProfiles` as
+    gzip-compressed JSON (:meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {field: getattr(profiles, field).to_dict() for field in profiles._fields}
+    path.write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
+
+
+def load_profiles(path: Path) -> Any:
+    """The :class:`~tfplace.estimator.accuracy.AccuracyProfiles` :func:`save_profiles` wrote."""
+    from tfplace.estimator.accuracy import AccuracyProfiles
+    from tfplace.estimator.profiler import ProfileSet
+
+    if not path.exists():
+        raise app.UsageError(f"--refit_from has no measurements of this model and machine: {path}")
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    return AccuracyProfiles(
+        **{field: ProfileSet.from_dict(document[field]) for field in AccuracyProfiles._fields}
     )
 
 
@@ -300,10 +366,10 @@ def main(argv: Sequence[str]) -> None:
     rows, reports = [], {}
     print(f"MatMul row blocks: {stored_matmul_row_blocks(FLAGS.calibration) or 'none (1)'}", flush=True)
     for machine in FLAGS.machine:
-        with spinning_cores(2 if machine == "busy" else 0):
+        with spinning_cores(2 if machine == "busy" and not FLAGS.refit_from else 0):
             for name in FLAGS.models:
                 before, started = os.getloadavg()[0], time.perf_counter()
-                report = measure(name)
+                report = measure(name, machine)
                 loads = (before, os.getloadavg()[0])
                 rows.append(row(name, machine, loads, report, time.perf_counter() - started))
                 reports.setdefault(machine, {})[name] = report

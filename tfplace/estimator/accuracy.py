@@ -35,7 +35,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,11 +47,14 @@ from tfplace.estimator.statistics import across_sessions
 from tfplace.estimator.twins import kernel_twins
 
 __all__ = [
+    "AccuracyProfiles",
     "AccuracyReport",
     "DeviationSummary",
     "compare_profiles",
+    "compare_step_profiles",
     "estimation_accuracy",
     "mean_over_rounds",
+    "measure_accuracy_profiles",
     "memory_of",
     "relative_deviations",
     "summarize_deviations",
@@ -326,31 +329,15 @@ def mean_over_rounds(profiles: Sequence[ProfileSet]) -> ProfileSet:
             kernel = float(np.mean(kernels)) if len(kernels) == len(each) else None
             costs[b][op] = replace(each[0], compute_time=seconds, kernel_time=kernel)
         errors[b] = {op: measured[op][1] for op in {op for p in profiles for op in p.time_errors.get(b, {})}}
-    kinds = {kind for p in profiles for kind in p.untraced_step_times}
     return replace(
         first,
         costs=costs,
         estimated_ops=tuple(sorted({op for p in profiles for op in p.estimated_ops})),
         estimated_outputs=tuple(sorted({op for p in profiles for op in p.estimated_outputs})),
-        step_times={
-            b: float(np.median([p.step_times[b] for p in profiles if b in p.step_times]))
-            for b in first.step_times
-        },
+        step_times=_medians([p.step_times for p in profiles]),
         untraced_step_times={
-            kind: {
-                b: float(
-                    np.median(
-                        [
-                            p.untraced_step_times[kind][b]
-                            for p in profiles
-                            if b in p.untraced_step_times.get(kind, {})
-                        ]
-                    )
-                )
-                for b in first.batch_sizes
-                if any(b in p.untraced_step_times.get(kind, {}) for p in profiles)
-            }
-            for kind in kinds
+            kind: _medians([p.untraced_step_times.get(kind, {}) for p in profiles])
+            for kind in {kind for p in profiles for kind in p.untraced_step_times}
         },
         time_errors=errors,
         steps={
@@ -364,6 +351,12 @@ def mean_over_rounds(profiles: Sequence[ProfileSet]) -> ProfileSet:
         profiling_seconds=sum(p.profiling_seconds for p in profiles),
         from_cache=False,
     )
+
+
+def _medians(values: Sequence[Mapping[int, float]]) -> dict[int, float]:
+    """Per key of any of ``values``, the median of the values that have it."""
+    keys = sorted({key for each in values for key in each})
+    return {key: float(np.median([each[key] for each in values if key in each])) for key in keys}
 
 
 def estimation_accuracy(
@@ -429,39 +422,91 @@ def estimation_accuracy(
     -------
     AccuracyReport
     """
+    profiles = measure_accuracy_profiles(
+        graph,
+        fetches,
+        feed_fn,
+        profile_batch_sizes=profile_batch_sizes,
+        target_batch=target_batch,
+        init_op=init_op,
+        warmup_steps=warmup_steps,
+        traced_steps=traced_steps,
+        cache_dir=cache_dir,
+        floor=floor,
+        repeats=repeats,
+        interleaved=interleaved,
+    )
+    return compare_step_profiles(
+        graph,
+        fetches,
+        profiles,
+        target_batch,
+        worst=worst,
+        regression=regression,
+        matmul_row_blocks=matmul_row_blocks,
+        pool_twins=pool_twins,
+    )
+
+
+class AccuracyProfiles(NamedTuple):
+    """What :func:`measure_accuracy_profiles` measured: the small batch sizes, the target batch,
+    and the target batch again (``None`` without a floor)."""
+
+    small: ProfileSet
+    large: ProfileSet
+    second: ProfileSet | None
+
+
+def measure_accuracy_profiles(
+    graph: Any,
+    fetches: Any,
+    feed_fn: Callable[[int], Mapping[Any, Any]],
+    *,
+    profile_batch_sizes: Sequence[int],
+    target_batch: int,
+    init_op: Any = None,
+    warmup_steps: int = 2,
+    traced_steps: int = 5,
+    cache_dir: str | os.PathLike[str] | None = None,
+    floor: bool = True,
+    repeats: RepeatPolicy | None = None,
+    interleaved: bool = True,
+) -> AccuracyProfiles:
+    """The profiles :func:`estimation_accuracy` compares, measured as it describes.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two profile batch sizes, or one not below ``target_batch``.
+    """
     if len(set(profile_batch_sizes)) < 2 or max(profile_batch_sizes) >= target_batch:
         raise ValueError(
             f"need two or more profile batch sizes below the target {target_batch}, "
             f"got {list(profile_batch_sizes)}"
         )
 
-    def profile(batch_sizes: Sequence[int], cache: str | os.PathLike[str] | None = cache_dir) -> ProfileSet:
+    def profile(
+        batch_sizes: Sequence[int],
+        cache: str | os.PathLike[str] | None = cache_dir,
+        policy: RepeatPolicy | None = repeats,
+        fewest: int = traced_steps,
+    ) -> ProfileSet:
         return profile_graph(
             graph,
             fetches,
             feed_fn,
             batch_sizes,
             warmup_steps=warmup_steps,
-            traced_steps=traced_steps,
+            traced_steps=fewest,
             init_op=init_op,
             cache_dir=cache,
-            repeats=repeats,
+            repeats=policy,
         )
 
     if interleaved and floor:
         rounds = [
             tuple(
-                profile_graph(
-                    graph,
-                    fetches,
-                    feed_fn,
-                    sizes,
-                    warmup_steps=warmup_steps,
-                    traced_steps=fewest,
-                    init_op=init_op,
-                    cache_dir=None,
-                    repeats=each,
-                )
+                profile(sizes, None, each, fewest)
                 for sizes in ([target_batch], profile_batch_sizes, [target_batch])
             )
             for each, fewest in (repeats or RepeatPolicy()).per_session(traced_steps)
@@ -471,16 +516,33 @@ def estimation_accuracy(
         large = profile([target_batch])
         small = profile(profile_batch_sizes)
         second = profile([target_batch], cache=None) if floor else None
+    return AccuracyProfiles(small, large, second)
+
+
+def compare_step_profiles(
+    graph: Any,
+    fetches: Any,
+    profiles: AccuracyProfiles,
+    target_batch: int,
+    *,
+    worst: int = 10,
+    regression: OpCostRegression | None = None,
+    matmul_row_blocks: Mapping[str, int] | None = None,
+    pool_twins: bool = True,
+) -> AccuracyReport:
+    """:func:`compare_profiles` of a TensorFlow ``graph``'s step, imported once for its
+    ``MatMul`` row blockings (:func:`~tfplace.estimator.row_blocks.matmul_row_blockings`) and,
+    with ``pool_twins``, its kernel twins (:func:`~tfplace.estimator.twins.kernel_twins`)."""
     from tfplace.tf_graph.importer import import_graph
 
     step = import_graph(graph, fetches).cost_graph
     return compare_profiles(
-        small,
-        large,
+        profiles.small,
+        profiles.large,
         target_batch,
-        second=second,
+        second=profiles.second,
         worst=worst,
         regression=regression,
-        row_blockings=matmul_row_blockings(step, small, matmul_row_blocks or {}),
-        twins=kernel_twins(step, small) if pool_twins else (),
+        row_blockings=matmul_row_blockings(step, profiles.small, matmul_row_blocks or {}),
+        twins=kernel_twins(step, profiles.small) if pool_twins else (),
     )
