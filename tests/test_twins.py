@@ -104,3 +104,11 @@ def test_twins_of_ops_not_profiled_are_left_out_of_their_group():
     _, profile = cell_step()
     model = OpCostRegression().fit(profile, twins=[["step0", "step1", "gone"]])
     assert model.twins_ == [["step0", "step1"]]
+
+
+def test_twins_shorter_than_the_flat_bound_are_fitted_op_by_op():
+    short = {op: [2e-6, 3e-6 + 1e-6 * (op == "step2"), 4e-6] for op in ("step0", "step1", "step2")}
+    graph, profile = cell_step(short)
+    model = OpCostRegression(flat_below=20e-6).fit(profile, twins=kernel_twins(graph, profile))
+    assert model.twins_ == []
+    assert model.predict(8) == OpCostRegression(flat_below=20e-6).fit(profile).predict(8)

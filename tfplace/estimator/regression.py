@@ -171,7 +171,11 @@ class OpCostRegression:
     :func:`~tfplace.estimator.twins.kernel_twins`: an unrolled RNN's cells, a Transformer's layers)
     grow alike with the batch. Each is fitted on its group's mean times plus its own mean offset
     from them (:func:`~tfplace.estimator.twins.pooled_twin_times`), so that the noise of one op's
-    measurements is not extrapolated to the target batch.
+    measurements is not extrapolated to the target batch; a group whose mean at the largest
+    profiled batch is under ``flat_below`` is fitted op by op. Pooled too, such short ops put
+    Tensor Holography's mean deviation per op at 34.4% and 34.2% (idle, busy) where alone they
+    gave 29.0% and 31.0%, while the NMT's weighted deviation fell as much either way (6.9% ->
+    5.0% idle; session 35, ``results/table5_profiles`` refitted).
 
     Below its regime the line overestimates an op (a piece of a split batch,
     :func:`tfplace.split.costs.time_at_batch`): the regime's per-example cost is the one that
@@ -183,7 +187,8 @@ class OpCostRegression:
         Relative growth of an op's time from the smallest to the largest profiled batch below
         which the time of an op shorter than ``flat_below`` is predicted constant.
     flat_below : float
-        Seconds: ops at least this long at some profiled batch always get a line or a convex model.
+        Seconds: ops at least this long at some profiled batch always get a line or a convex model;
+        groups of twins this long on average at the largest profiled batch are pooled.
     regime_tolerance : float
         How much steeper or flatter (as a fraction: the regime's slope over the smaller batch's,
         or the smaller batch's over the regime's, is below ``1 - regime_tolerance``) the time of
@@ -205,7 +210,8 @@ class OpCostRegression:
     row_blockings_ : dict of str to RowBlocking
         The ops fitted on the rows their passes cover, as given to :meth:`fit`.
     twins_ : list of list of str
-        The groups of kernel twins whose times were pooled, as given to :meth:`fit` (profiled ops only).
+        The groups of kernel twins whose times were pooled: those given to :meth:`fit` (profiled
+        ops only) whose mean time at the largest profiled batch is at least ``flat_below``.
     time_line_ : ndarray of shape (n_ops, 2)
         ``[slope, intercept]`` of each op's time line (seconds per example, seconds).
     time_power_ : ndarray of shape (n_ops, 2)
@@ -274,11 +280,11 @@ class OpCostRegression:
         x = np.asarray(sizes, dtype=float)
         per_batch = [[profile_set.costs[b][op] for b in sizes] for op in ops]
         index = {op: i for i, op in enumerate(ops)}
-        self.twins_ = [[op for op in group if op in index] for group in twins]
-        times = pooled_twin_times(
-            np.array([[cost.compute_time for cost in row] for row in per_batch]),
-            [[index[op] for op in group] for group in self.twins_],
-        )
+        measured = np.array([[cost.compute_time for cost in row] for row in per_batch])
+        groups = [[index[op] for op in group if op in index] for group in twins]
+        groups = [group for group in groups if group and measured[group, -1].mean() >= self.flat_below]
+        self.twins_ = [[ops[i] for i in group] for group in groups]
+        times = pooled_twin_times(measured, groups)
         self.row_blockings_ = {
             op: blocking
             for op, blocking in (row_blockings or {}).items()
