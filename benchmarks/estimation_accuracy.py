@@ -78,6 +78,12 @@ group's growth with the batch plus their own level (:mod:`tfplace.estimator.twin
 ``--twins=false`` fits each op alone. On seven sets of NMT profiles (the same profiles fitted both
 ways) the weighted deviation fell by 0.6-1.4 points in six and moved 0.02 in the seventh.
 
+**Refitting the same measurements.** ``--profiles_dir`` saves each model's three measurements
+(``<model>_<machine>.json.gz``); ``--refit_from`` measures nothing and fits the saved ones again,
+with this run's ``--twins``, ``--regime_tolerance`` and ``--calibration`` (row blocks): on a
+machine whose speed moves by a quarter, a change to the regression is compared on the same
+profiles or not at all. The load and seconds columns are the measurements'.
+
 **Preemption.** ``--preemption`` (on by default) drops the op times a preemption of
 TensorFlow's thread inflated, told by the scheduler's accounting read around each step
 (:func:`~tfplace.estimator.statistics.without_preemption`); ``--preemption=false`` keeps them.
@@ -103,7 +109,9 @@ condition's rows, ``--output`` the whole table as Markdown. Run from the reposit
 
     PYTHONPATH=. .venv/bin/python benchmarks/estimation_accuracy.py
     PYTHONPATH=. .venv/bin/python benchmarks/estimation_accuracy.py --machine=idle,busy \\
-        --table5_dir=results --output=results/estimation_accuracy.md
+        --table5_dir=results --output=results/estimation_accuracy.md --profiles_dir=results/table5_profiles
+    PYTHONPATH=. .venv/bin/python benchmarks/estimation_accuracy.py --machine=idle,busy \\
+        --refit_from=results/table5_profiles --twins=false
 """
 
 from __future__ import annotations
@@ -253,43 +261,41 @@ def spinning_cores(count: int) -> Iterator[list[int]]:
             spinner.wait()
 
 
-def measure(name: str, machine: str) -> Any:
-    """The :class:`~tfplace.estimator.accuracy.AccuracyReport` of one model, with the noise floor:
-    measured (saved to ``--profiles_dir``), or the measurements of ``--refit_from`` fitted again."""
-    from models import build_model
-    from tfplace.estimator.accuracy import compare_step_profiles, measure_accuracy_profiles
-    from tfplace.estimator.regression import OpCostRegression
+def measure(spec: Any) -> Any:
+    """The three measurements (:class:`~tfplace.estimator.accuracy.AccuracyProfiles`) of one model."""
+    from tfplace.estimator.accuracy import measure_accuracy_profiles
     from tfplace.estimator.statistics import RepeatPolicy
 
-    spec = build_model(name, **MODEL_SIZES[name])
-    if FLAGS.refit_from:
-        profiles = load_profiles(Path(FLAGS.refit_from) / f"{name}_{machine}.json.gz")
-    else:
-        profiles = measure_accuracy_profiles(
-            spec.graph,
-            spec.train_op,
-            spec.feed_fn,
-            profile_batch_sizes=[int(b) for b in FLAGS.profile_batches],
-            target_batch=FLAGS.target_batch,
-            init_op=spec.init_op,
-            warmup_steps=FLAGS.warmup_steps,
-            traced_steps=FLAGS.traced_steps,
-            cache_dir=None,
-            floor=True,
-            repeats=RepeatPolicy(
-                max_steps=FLAGS.max_steps,
-                target_error=FLAGS.target_error,
-                statistic=FLAGS.statistic,
-                lower_fraction=FLAGS.lower_fraction,
-                outlier_factor=FLAGS.outlier_factor,
-                preemption=FLAGS.preemption,
-                sessions=FLAGS.sessions,
-                niceness=FLAGS.niceness,
-            ),
-            interleaved=FLAGS.interleaved,
-        )
-        if FLAGS.profiles_dir:
-            save_profiles(profiles, Path(FLAGS.profiles_dir) / f"{name}_{machine}.json.gz")
+    return measure_accuracy_profiles(
+        spec.graph,
+        spec.train_op,
+        spec.feed_fn,
+        profile_batch_sizes=[int(b) for b in FLAGS.profile_batches],
+        target_batch=FLAGS.target_batch,
+        init_op=spec.init_op,
+        warmup_steps=FLAGS.warmup_steps,
+        traced_steps=FLAGS.traced_steps,
+        cache_dir=None,
+        floor=True,
+        repeats=RepeatPolicy(
+            max_steps=FLAGS.max_steps,
+            target_error=FLAGS.target_error,
+            statistic=FLAGS.statistic,
+            lower_fraction=FLAGS.lower_fraction,
+            outlier_factor=FLAGS.outlier_factor,
+            preemption=FLAGS.preemption,
+            sessions=FLAGS.sessions,
+            niceness=FLAGS.niceness,
+        ),
+        interleaved=FLAGS.interleaved,
+    )
+
+
+def compare(spec: Any, profiles: Any) -> Any:
+    """The :class:`~tfplace.estimator.accuracy.AccuracyReport` of one model's measurements."""
+    from tfplace.estimator.accuracy import compare_step_profiles
+    from tfplace.estimator.regression import OpCostRegression
+
     return compare_step_profiles(
         spec.graph,
         spec.train_op,
@@ -302,25 +308,29 @@ def measure(name: str, machine: str) -> Any:
     )
 
 
-def save_profiles(profiles: Any, path: Path) -> None:
-    """Write the three measurements of :class:`~tfplace.estimator.accuracy.AccuracyProfiles` as
-    gzip-compressed JSON (:meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`)."""
+def save_profiles(profiles: Any, loads: tuple[float, float], seconds: float, path: Path) -> None:
+    """Write the three measurements of :class:`~tfplace.estimator.accuracy.AccuracyProfiles`
+    (:meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`), the load averages around them and
+    the seconds they took, as gzip-compressed JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {field: getattr(profiles, field).to_dict() for field in profiles._fields}
+    document.update(loads=list(loads), seconds=seconds)
     path.write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
 
 
-def load_profiles(path: Path) -> Any:
-    """The :class:`~tfplace.estimator.accuracy.AccuracyProfiles` :func:`save_profiles` wrote."""
+def load_profiles(path: Path) -> tuple[Any, tuple[float, float], float]:
+    """What :func:`save_profiles` wrote: the measurements, the load averages, the seconds."""
     from tfplace.estimator.accuracy import AccuracyProfiles
     from tfplace.estimator.profiler import ProfileSet
 
     if not path.exists():
         raise app.UsageError(f"--refit_from has no measurements of this model and machine: {path}")
     document = json.loads(gzip.decompress(path.read_bytes()))
-    return AccuracyProfiles(
+    profiles = AccuracyProfiles(
         **{field: ProfileSet.from_dict(document[field]) for field in AccuracyProfiles._fields}
     )
+    before, after = document["loads"]
+    return profiles, (before, after), document["seconds"]
 
 
 def row(name: str, machine: str, loads: tuple[float, float], report: Any, seconds: float) -> tuple[str, ...]:
@@ -363,15 +373,25 @@ def main(argv: Sequence[str]) -> None:
     unknown = sorted(set(FLAGS.models) - set(MODEL_SIZES)) + sorted(set(FLAGS.machine) - {"idle", "busy"})
     if unknown:
         raise app.UsageError(f"unknown models or machine conditions: {unknown}")
+    from models import build_model
+
     rows, reports = [], {}
     print(f"MatMul row blocks: {stored_matmul_row_blocks(FLAGS.calibration) or 'none (1)'}", flush=True)
     for machine in FLAGS.machine:
         with spinning_cores(2 if machine == "busy" and not FLAGS.refit_from else 0):
             for name in FLAGS.models:
-                before, started = os.getloadavg()[0], time.perf_counter()
-                report = measure(name, machine)
-                loads = (before, os.getloadavg()[0])
-                rows.append(row(name, machine, loads, report, time.perf_counter() - started))
+                spec = build_model(name, **MODEL_SIZES[name])
+                saved = Path(FLAGS.refit_from or FLAGS.profiles_dir or ".") / f"{name}_{machine}.json.gz"
+                if FLAGS.refit_from:
+                    profiles, loads, seconds = load_profiles(saved)
+                else:
+                    before, started = os.getloadavg()[0], time.perf_counter()
+                    profiles = measure(spec)
+                    loads, seconds = (before, os.getloadavg()[0]), time.perf_counter() - started
+                    if FLAGS.profiles_dir:
+                        save_profiles(profiles, loads, seconds, saved)
+                report = compare(spec, profiles)
+                rows.append(row(name, machine, loads, report, seconds))
                 reports.setdefault(machine, {})[name] = report
                 print(" | ".join(rows[-1]), flush=True)
                 for op, fit, predicted, measured in report.worst:
