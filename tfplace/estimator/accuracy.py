@@ -311,7 +311,8 @@ def mean_over_rounds(profiles: Sequence[ProfileSet]) -> ProfileSet:
     first = profiles[0]
     if any(p.batch_sizes != first.batch_sizes for p in profiles):
         raise ValueError(f"rounds of different batch sizes: {[list(p.batch_sizes) for p in profiles]}")
-    costs, errors = {}, {}
+    costs: dict[int, dict[str, OpCost]] = {}
+    errors: dict[int, dict[str, float]] = {}
     for b in first.batch_sizes:
         measured = across_sessions(
             [
@@ -503,6 +504,7 @@ def measure_accuracy_profiles(
             repeats=policy,
         )
 
+    second: ProfileSet | None
     if interleaved and floor:
         rounds = [
             tuple(
