@@ -2,12 +2,13 @@
 
 An unrolled RNN runs its cell's ops once per time step, a Transformer its layer's once per layer,
 Inception its blocks' several times: 4,977 of the small NMT's 5,045 profiled ops fall in 145
-groups of twins. Twins'
-times grow alike with the batch. Each op's own profile measures that growth with noise, and the
-regression extrapolates it: from batches 2, 4 and 6 a least-squares line's value at 8 scatters
-1.5 times as much as one measurement. :func:`pooled_twin_times` gives every twin its group's mean
-curve plus its own mean offset from that curve, so that the growth is measured on the whole group
-and each op keeps its level (a twin that reads cold buffers runs longer at every batch).
+groups of twins. Twins' times grow alike with the batch. Each op's own profile measures that
+growth with noise, and the regression extrapolates it: from batches 2, 4 and 6 a least-squares
+line's value at 8 scatters 1.5 times as much as one measurement. :func:`pooled_twin_times` gives
+every twin its group's mean curve plus its own mean offset from that curve, so that the growth is
+measured on the whole group and each op keeps its level (a twin that reads cold buffers runs
+longer at every batch). The regression pools only groups of ops that are not mostly noise
+(:class:`~tfplace.estimator.regression.OpCostRegression`).
 
 On seven sets of NMT profiles (batches 2, 4, 6 and two measurements of 8, session 35;
 ``docs/experiments.md``, "Kernel twins") the prediction's deviation weighted by time fell by
