@@ -118,8 +118,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gzip
-import json
 import os
 import signal
 import subprocess
@@ -308,31 +306,6 @@ def compare(spec: Any, profiles: Any) -> Any:
     )
 
 
-def save_profiles(profiles: Any, loads: tuple[float, float], seconds: float, path: Path) -> None:
-    """Write the three measurements of :class:`~tfplace.estimator.accuracy.AccuracyProfiles`
-    (:meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`), the load averages around them and
-    the seconds they took, as gzip-compressed JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    document = {field: getattr(profiles, field).to_dict() for field in profiles._fields}
-    document.update(loads=list(loads), seconds=seconds)
-    path.write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
-
-
-def load_profiles(path: Path) -> tuple[Any, tuple[float, float], float]:
-    """What :func:`save_profiles` wrote: the measurements, the load averages, the seconds."""
-    from tfplace.estimator.accuracy import AccuracyProfiles
-    from tfplace.estimator.profiler import ProfileSet
-
-    if not path.exists():
-        raise app.UsageError(f"--refit_from has no measurements of this model and machine: {path}")
-    document = json.loads(gzip.decompress(path.read_bytes()))
-    profiles = AccuracyProfiles(
-        **{field: ProfileSet.from_dict(document[field]) for field in AccuracyProfiles._fields}
-    )
-    before, after = document["loads"]
-    return profiles, (before, after), document["seconds"]
-
-
 def row(name: str, machine: str, loads: tuple[float, float], report: Any, seconds: float) -> tuple[str, ...]:
     """One printed row: deviations, floor, ratio, whether the targets hold."""
     floor = report.floor_time
@@ -374,6 +347,7 @@ def main(argv: Sequence[str]) -> None:
     if unknown:
         raise app.UsageError(f"unknown models or machine conditions: {unknown}")
     from models import build_model
+    from tfplace.estimator.accuracy import load_accuracy_profiles, save_accuracy_profiles
 
     rows, reports = [], {}
     print(f"MatMul row blocks: {stored_matmul_row_blocks(FLAGS.calibration) or 'none (1)'}", flush=True)
@@ -383,13 +357,15 @@ def main(argv: Sequence[str]) -> None:
                 spec = build_model(name, **MODEL_SIZES[name])
                 saved = Path(FLAGS.refit_from or FLAGS.profiles_dir or ".") / f"{name}_{machine}.json.gz"
                 if FLAGS.refit_from:
-                    profiles, loads, seconds = load_profiles(saved)
+                    if not saved.exists():
+                        raise app.UsageError(f"--refit_from has no measurements of {name} {machine}: {saved}")
+                    profiles, loads, seconds = load_accuracy_profiles(saved)
                 else:
                     before, started = os.getloadavg()[0], time.perf_counter()
                     profiles = measure(spec)
                     loads, seconds = (before, os.getloadavg()[0]), time.perf_counter() - started
                     if FLAGS.profiles_dir:
-                        save_profiles(profiles, loads, seconds, saved)
+                        save_accuracy_profiles(profiles, loads, seconds, saved)
                 report = compare(spec, profiles)
                 rows.append(row(name, machine, loads, report, seconds))
                 reports.setdefault(machine, {})[name] = report

@@ -5,7 +5,15 @@ from fractions import Fraction
 
 import pytest
 
-from tfplace.estimator.accuracy import compare_profiles, estimation_accuracy, mean_over_rounds, memory_of
+from tfplace.estimator.accuracy import (
+    AccuracyProfiles,
+    compare_profiles,
+    estimation_accuracy,
+    load_accuracy_profiles,
+    mean_over_rounds,
+    memory_of,
+    save_accuracy_profiles,
+)
 from tfplace.estimator.profiler import TIME_FLOOR, OpCost, ProfileSet
 from tfplace.estimator.row_blocks import RowBlocking
 
@@ -125,3 +133,13 @@ def test_an_op_estimated_in_one_round_is_estimated_in_their_mean():
 def test_rounds_of_different_batch_sizes_are_refused():
     with pytest.raises(ValueError, match="different batch sizes"):
         mean_over_rounds([measured_at_8(8e-3), small_profile()])
+
+
+def test_saved_measurements_load_back_with_their_load_averages_and_seconds(tmp_path):
+    profiles = AccuracyProfiles(small_profile(), measured_at_8(8e-3), measured_at_8(8.2e-3))
+    path = tmp_path / "nmt_idle.json.gz"
+    save_accuracy_profiles(profiles, (1.02, 1.05), 157.0, path)
+    assert load_accuracy_profiles(path) == (profiles, (1.02, 1.05), 157.0)
+    without_floor = profiles._replace(second=None)
+    save_accuracy_profiles(without_floor, (0.5, 0.5), 1.0, path)
+    assert load_accuracy_profiles(path)[0] == without_floor

@@ -31,10 +31,13 @@ reported them), and, for memory only, ops whose output sizes were partly estimat
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,10 +56,12 @@ __all__ = [
     "compare_profiles",
     "compare_step_profiles",
     "estimation_accuracy",
+    "load_accuracy_profiles",
     "mean_over_rounds",
     "measure_accuracy_profiles",
     "memory_of",
     "relative_deviations",
+    "save_accuracy_profiles",
     "summarize_deviations",
 ]
 
@@ -519,6 +524,37 @@ def measure_accuracy_profiles(
         small = profile(profile_batch_sizes)
         second = profile([target_batch], cache=None) if floor else None
     return AccuracyProfiles(small, large, second)
+
+
+def save_accuracy_profiles(
+    profiles: AccuracyProfiles, loads: tuple[float, float], seconds: float, path: str | os.PathLike[str]
+) -> None:
+    """Write ``profiles`` (each :meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`), the load
+    averages around their measurement and the seconds it took, as gzip-compressed JSON, so that
+    they can be fitted again (:func:`load_accuracy_profiles`)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    document: dict[str, Any] = {
+        "small": profiles.small.to_dict(),
+        "large": profiles.large.to_dict(),
+        "second": None if profiles.second is None else profiles.second.to_dict(),
+    }
+    document.update(loads=list(loads), seconds=seconds)
+    Path(path).write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
+
+
+def load_accuracy_profiles(
+    path: str | os.PathLike[str],
+) -> tuple[AccuracyProfiles, tuple[float, float], float]:
+    """What :func:`save_accuracy_profiles` wrote: the profiles, the load averages, the seconds."""
+    document = json.loads(gzip.decompress(Path(path).read_bytes()))
+    second = document["second"]
+    profiles = AccuracyProfiles(
+        ProfileSet.from_dict(document["small"]),
+        ProfileSet.from_dict(document["large"]),
+        None if second is None else ProfileSet.from_dict(second),
+    )
+    before, after = document["loads"]
+    return profiles, (float(before), float(after)), float(document["seconds"])
 
 
 def compare_step_profiles(
