@@ -16,6 +16,7 @@ from tfplace.core.device_model import (
     CpuCalibration,
     CpuProcessModel,
     FeedCost,
+    clamped_shift,
     cpu_kind,
     inline_ops,
     least_cost_estimate,
@@ -310,6 +311,30 @@ def test_a_graph_simulated_where_its_untraced_step_was_timed_takes_that_step():
     # 500 us less 13 us of kernels, the 300 us step and 141.6 us of feeds, over four ops
     assert CALIBRATION.op_overhead(graph, "loopback") == pytest.approx(45.4e-6 / 4)
     assert UNTRACED_STEP not in costs.graph  # its times are no longer the traced ones
+
+
+def test_an_untraced_step_shorter_than_its_traced_ops_is_still_the_step_simulated_no_op_below_0():
+    graph = timed_untraced(fed_graph(), 450e-6, "loopback")  # 8.4 us beyond the step and feeds
+    costs = CALIBRATION.step_costs(graph, "loopback")
+    one_worker = CALIBRATION.device_set(WORKERS[:1], 2**30)
+    assert simulate(costs, [0] * 4, one_worker).makespan == pytest.approx(450e-6)
+    # an even share (-1.15 us each) would put the three 1 us inputs below 0: the sum takes it all
+    assert CALIBRATION.op_overhead(graph, "loopback") == pytest.approx(-1.6e-6)
+    assert costs.nodes["loss"]["compute_time"] == pytest.approx(8.4e-6)
+
+
+@pytest.mark.parametrize(
+    ("times", "total", "shift"),
+    [
+        ([3.0, 2.0, 1.0], 9.0, 1.0),  # nothing clamped: an even share
+        ([3.0, 2.0, 1.0], 3.0, -1.0),  # 2 + 1 + 0: the 1 lands exactly on 0
+        ([10.0, 1.0, 1.0], 4.0, -6.0),  # the two small ops clamped, the large one takes the rest
+        ([3.0, 2.0], 0.0, -3.0),  # nothing left: every op at 0
+    ],
+)
+def test_the_clamped_shift_makes_the_ops_add_up_to_the_total(times, total, shift):
+    assert clamped_shift(times, total) == pytest.approx(shift)
+    assert sum(max(t + clamped_shift(times, total), 0.0) for t in times) == pytest.approx(max(total, 0.0))
 
 
 def test_on_another_kind_the_graphs_own_overhead_moves_by_the_calibrated_difference_of_the_kinds():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -377,6 +378,26 @@ class CpuProcessModel:
         )
 
 
+def clamped_shift(times: Sequence[float], total: float) -> float:
+    """The shift ``c`` with ``sum(max(t + c, 0) for t in times) == total`` (the largest such ``c``
+    when ``total`` is 0 or less): a per-op overhead added to every op's time, no op below 0, that
+    makes ``times`` add up to ``total``. Where no op would fall below 0 it is
+    ``(total - sum(times)) / len(times)``; where some would, the others take what they cannot."""
+    descending = sorted(times, reverse=True)
+    if not descending:
+        raise ValueError("no op times to shift")
+    if total <= 0:
+        return -descending[0]
+    taken = 0.0
+    for count, seconds in enumerate(descending, start=1):
+        taken += seconds
+        shift = (total - taken) / count
+        following = descending[count] if count < len(descending) else -math.inf
+        if following + shift <= 0:
+            return shift
+    raise AssertionError("unreachable: the last op is followed by -inf")
+
+
 @dataclass(frozen=True)
 class CpuCalibration:
     """The CPU device model of one machine, calibrated once (``tfplace calibrate``) and stored.
@@ -440,6 +461,11 @@ class CpuCalibration:
             (untraced[measured] - sum of compute_time - step_overhead[measured] - feeds[measured]) / ops
                 + op_overhead[kind] - op_overhead[measured]
 
+        An untraced step shorter than the traced ops (the traced steps ran in a slower spell:
+        Inception V3's large kernels, session 36) would put the smallest ops below 0, where
+        :meth:`step_costs` holds them; the share is then the :func:`clamped_shift` that makes the
+        ops still add up to the step.
+
         The calibration's chains cannot stand for every graph: on the Intel VM of sessions 25-29
         their fit gave -0.07 us per op where the small NMT's own steps took +0.21..+0.39, Tensor
         Holography's +0.08..+3.3 and Inception V3's -3.2..+1.7 (its traced convolutions slow in
@@ -455,9 +481,9 @@ class CpuCalibration:
         where = self.process(timed_on)
         fed = [attrs for _, attrs in graph.nodes(data=True) if attrs.get("op_type") in FED_OPS]
         feeds = sum(where.feed.share(sum(attrs["output_sizes"]), len(fed)) for attrs in fed)
-        kernels = sum(seconds for _, seconds in graph.nodes(data="compute_time"))
-        beyond = measured[timed_on] - kernels - where.step_overhead - feeds
-        return beyond / graph.number_of_nodes() + model.op_overhead - where.op_overhead
+        kernels = [seconds for _, seconds in graph.nodes(data="compute_time")]
+        own = clamped_shift(kernels, measured[timed_on] - where.step_overhead - feeds)
+        return own + model.op_overhead - where.op_overhead
 
     def step_costs(self, graph: CostGraph, kind: str) -> CostGraph:
         """A copy of ``graph`` (CPU costs profiled on this machine) with every op's time as in a
