@@ -122,7 +122,12 @@ flags.DEFINE_list("models", ["nmt", "transformer", "tensor_holography", "incepti
 flags.DEFINE_list("kinds", ["virtual", "loopback"], "CPU device kinds (tfplace.core.device_model.CPU_KINDS).")
 flags.DEFINE_list("placements", ["single", "dfs_topo", "auto"], "Placers (tfplace.placer.PLACERS).")
 flags.DEFINE_integer("devices", 2, "Devices of each kind: virtual CPUs, or loopback workers.")
-flags.DEFINE_integer("steps", 10, "Timed steps per session at least.")
+flags.DEFINE_integer(
+    "steps",
+    30,
+    "Timed steps per session at least: Inception V3's 0.1 s step gets 30 rounds, and with them all "
+    "its --profile_steps (10 until session 36: 13-16 rounds, a tenth quantile of 13-16 steps).",
+)
 flags.DEFINE_float(
     "timed_seconds",
     2.0,
