@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -389,13 +388,12 @@ def clamped_shift(times: Sequence[float], total: float) -> float:
     if total <= 0:
         return -descending[0]
     taken = 0.0
-    for count, seconds in enumerate(descending, start=1):
+    for count, seconds in enumerate(descending[:-1], start=1):
         taken += seconds
         shift = (total - taken) / count
-        following = descending[count] if count < len(descending) else -math.inf
-        if following + shift <= 0:
+        if descending[count] + shift <= 0:
             return shift
-    raise AssertionError("unreachable: the last op is followed by -inf")
+    return (total - sum(descending)) / len(descending)
 
 
 @dataclass(frozen=True)
