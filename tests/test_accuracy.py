@@ -143,3 +143,8 @@ def test_saved_measurements_load_back_with_their_load_averages_and_seconds(tmp_p
     without_floor = profiles._replace(second=None)
     save_accuracy_profiles(without_floor, (0.5, 0.5), 1.0, path)
     assert load_accuracy_profiles(path)[0] == without_floor
+
+
+def test_loading_measurements_that_were_not_saved_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nmt_busy\.json\.gz"):
+        load_accuracy_profiles(tmp_path / "nmt_busy.json.gz")

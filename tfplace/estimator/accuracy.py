@@ -532,14 +532,15 @@ def save_accuracy_profiles(
     """Write ``profiles`` (each :meth:`~tfplace.estimator.profiler.ProfileSet.to_dict`), the load
     averages around their measurement and the seconds it took, as gzip-compressed JSON, so that
     they can be fitted again (:func:`load_accuracy_profiles`)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any] = {
         "small": profiles.small.to_dict(),
         "large": profiles.large.to_dict(),
         "second": None if profiles.second is None else profiles.second.to_dict(),
     }
     document.update(loads=list(loads), seconds=seconds)
-    Path(path).write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
+    path.write_bytes(gzip.compress(json.dumps(document).encode(), mtime=0))
 
 
 def load_accuracy_profiles(
