@@ -305,8 +305,11 @@ class ProfileSet:
     def untraced_steps(self, batch_size: int) -> dict[str, float]:
         """The whole untraced step at ``batch_size`` per CPU device kind it was timed on: as
         measured at a profiled batch size, else on the least-squares line through the profiled
-        ones (a step's time grows with its batch as its ops' do); a kind with one batch size
-        profiled and another asked is left out."""
+        ones (a step's time grows with its batch as its ops' do). A line that falls as the batch
+        grows is noise (one spell of the machine slower than another) and predicts the largest
+        measurement instead, as memory's does (:mod:`~tfplace.estimator.regression`). A kind with
+        one batch size profiled and another asked, or whose line is not positive there, is left
+        out: the device model then spreads its calibrated overhead instead."""
         steps = {}
         for kind, times in self.untraced_step_times.items():
             if batch_size in times:
@@ -314,7 +317,9 @@ class ProfileSet:
             elif len(times) >= 2:
                 sizes, seconds = zip(*sorted(times.items()), strict=True)
                 slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(seconds), 1)
-                steps[kind] = float(slope * batch_size + intercept)
+                predicted = max(seconds) if slope < 0 else float(slope * batch_size + intercept)
+                if predicted > 0:
+                    steps[kind] = predicted
         return steps
 
     @classmethod
