@@ -179,6 +179,11 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     "regime_tolerance", 0.5, "OpCostRegression's regime tolerance (1: fit every profiled batch size)."
 )
+flags.DEFINE_float(
+    "regime_significance",
+    2.0,
+    "OpCostRegression's regime significance (standard errors a change of slope needs; 0: the ratio alone).",
+)
 flags.DEFINE_string(
     "calibration",
     DEFAULT_CALIBRATION,
@@ -300,7 +305,9 @@ def compare(spec: Any, profiles: Any) -> Any:
         profiles,
         FLAGS.target_batch,
         worst=FLAGS.worst,
-        regression=OpCostRegression(regime_tolerance=FLAGS.regime_tolerance),
+        regression=OpCostRegression(
+            regime_tolerance=FLAGS.regime_tolerance, regime_significance=FLAGS.regime_significance
+        ),
         matmul_row_blocks=stored_matmul_row_blocks(FLAGS.calibration),
         pool_twins=FLAGS.twins,
     )

@@ -101,6 +101,24 @@ def test_the_regime_ends_at_the_first_batch_size_below_a_steeper_rise():
     assert regime_starts(x, times, tolerance=1.0).tolist() == [0, 0, 0, 0, 0]
 
 
+def test_a_change_of_slope_within_the_measurements_noise_keeps_the_smaller_batch_in_the_regime():
+    x = np.array([2.0, 4.0, 6.0])
+    times = np.array([[290.0, 305.0, 345.0]])  # 7.5 then 20 us per example: flatter by the ratio
+    noisy = np.array([[8.0, 7.0, 5.0]])  # the change, 12.5, is 1.5 standard errors (8.4)
+    precise = np.array([[1.0, 1.0, 1.0]])
+    assert regime_starts(x, times, 0.5).tolist() == [1]
+    assert regime_starts(x, times, 0.5, noisy, significance=2.0).tolist() == [0]
+    assert regime_starts(x, times, 0.5, noisy, significance=1.0).tolist() == [1]
+    assert regime_starts(x, times, 0.5, precise, significance=2.0).tolist() == [1]
+
+
+def test_the_regression_reads_the_regimes_noise_from_the_profiles_standard_errors():
+    noisy = timed([290e-6, 305e-6, 345e-6], sizes=(2, 4, 6))
+    noisy.time_errors = {b: {"a": e} for b, e in zip((2, 4, 6), (8e-6, 7e-6, 5e-6))}
+    assert OpCostRegression().fit(noisy).time_regime_.tolist() == [0]
+    assert OpCostRegression(regime_significance=0.0).fit(noisy).time_regime_.tolist() == [1]
+
+
 def test_an_op_whose_added_examples_cost_more_towards_the_target_extrapolates_the_larger_batches():
     # the NMT's forward product [m, 768] x [768, 1024] as a bare kernel at m = 2, 4, 6 (then 163 us at 8)
     model = OpCostRegression().fit(timed([110e-6, 110e-6, 133e-6], sizes=(2, 4, 6)))

@@ -63,7 +63,13 @@ def _memory_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.where(falling, 0.0, slope), np.where(falling, y.max(axis=1), intercept)
 
 
-def regime_starts(x: np.ndarray, times: np.ndarray, tolerance: float) -> np.ndarray:
+def regime_starts(
+    x: np.ndarray,
+    times: np.ndarray,
+    tolerance: float,
+    errors: np.ndarray | None = None,
+    significance: float = 0.0,
+) -> np.ndarray:
     """Per op, the index in ``x`` of the first batch size of its upper regime.
 
     The regime's slope is that of the op's time between the two largest batch sizes ``x`` (its
@@ -78,18 +84,34 @@ def regime_starts(x: np.ndarray, times: np.ndarray, tolerance: float) -> np.ndar
     session 35). A time that falls towards the next batch size (noise) never ends the regime.
     With ``tolerance`` of 1 or more, or fewer than three batch sizes, every op's regime starts
     at the smallest (0).
+
+    With ``errors`` (the standard errors of ``times``, :attr:`~tfplace.estimator.profiler.ProfileSet.time_errors`),
+    a change of slope also has to be ``significance`` times its standard error or more to end the
+    regime: measurements that cannot tell the two slopes apart keep the batch size. On a busy
+    machine the 24 weight-gradient products of the NMT's first decoder layer (kernel twins,
+    pooled) took 285, 302 and 339 us on average at batches 2, 4 and 6, with standard errors of
+    7, 6 and 5 us: 8.8, then 18.1 us per example, a change of 9.3 +- 7.4 that the ratio alone
+    read as a ramp. The line from batch 4 on predicted about 383 us at batch 8, where two
+    measurements gave 358-366 (``results/table5_profiles``).
     """
     slopes = np.diff(times, axis=1) / np.diff(x)
     starts = np.zeros(len(times), dtype=int)
     if tolerance >= 1 or len(x) < 3:
         return starts
     regime = slopes[:, -1]
+    widths = np.diff(x)
     open_ = np.ones(len(times), dtype=bool)
     for segment in range(slopes.shape[1] - 2, -1, -1):
         slope = slopes[:, segment]
         steeper = (slope > 0) & (slope * (1 - tolerance) > regime)
         flatter = (slope >= 0) & (slope < regime * (1 - tolerance))
         ends = steeper | flatter
+        if errors is not None:
+            weights = np.zeros(len(x))  # regime - slope as a weighted sum of the times
+            weights[-2:] += np.array([-1.0, 1.0]) / widths[-1]
+            weights[segment : segment + 2] -= np.array([-1.0, 1.0]) / widths[segment]
+            spread = np.sqrt((errors**2) @ weights**2)
+            ends &= np.abs(regime - slope) >= significance * spread
         starts = np.where(open_ & ends, segment + 1, starts)
         open_ &= ~ends
     return starts
@@ -194,6 +216,10 @@ class OpCostRegression:
         or the smaller batch's over the regime's, is below ``1 - regime_tolerance``) the time of
         an op may rise towards a smaller batch size before that batch size is off its regime
         (:func:`regime_starts`); 1 or more: every profiled batch size is in the regime.
+    regime_significance : float
+        Standard errors a change of slope must be to end a regime (:func:`regime_starts`, with the
+        profile's :attr:`~tfplace.estimator.profiler.ProfileSet.time_errors`, pooled over kernel
+        twins as their times are); 0: the ratio alone decides.
     time_floor : float
         Seconds an op takes at least in a prediction.
 
@@ -240,10 +266,12 @@ class OpCostRegression:
         flat_growth: float = 0.3,
         flat_below: float = 20e-6,
         regime_tolerance: float = 0.5,
+        regime_significance: float = 2.0,
         time_floor: float = TIME_FLOOR,
     ) -> None:
         self.flat_growth = flat_growth
         self.regime_tolerance = regime_tolerance
+        self.regime_significance = regime_significance
         self.flat_below = flat_below
         self.time_floor = time_floor
 
@@ -285,12 +313,15 @@ class OpCostRegression:
         groups = [group for group in groups if group and measured[group, -1].mean() >= self.flat_below]
         self.twins_ = [[ops[i] for i in group] for group in groups]
         times = pooled_twin_times(measured, groups)
+        errors = pooled_twin_times(
+            np.array([[profile_set.time_errors.get(b, {}).get(op, 0.0) for b in sizes] for op in ops]), groups
+        )
         self.row_blockings_ = {
             op: blocking
             for op, blocking in (row_blockings or {}).items()
             if op in profile_set.costs[sizes[0]]
         }
-        self._fit_time(x, times)
+        self._fit_time(x, times, errors)
         for i, op in enumerate(ops):
             if op in self.row_blockings_:
                 self._fit_blocked_time(i, [self.row_blockings_[op].batch_units(b) for b in sizes], times[i])
@@ -304,10 +335,12 @@ class OpCostRegression:
         self.batch_sizes_ = x
         return self
 
-    def _fit_time(self, x: np.ndarray, times: np.ndarray) -> None:
+    def _fit_time(self, x: np.ndarray, times: np.ndarray, errors: np.ndarray) -> None:
         times = np.maximum(times, self.time_floor)  # logarithms need positive times
         flat = (times[:, -1] < (1 + self.flat_growth) * times[:, 0]) & (times.max(axis=1) < self.flat_below)
-        self.time_regime_ = np.where(flat, 0, regime_starts(x, times, self.regime_tolerance))
+        self.time_regime_ = np.where(
+            flat, 0, regime_starts(x, times, self.regime_tolerance, errors, self.regime_significance)
+        )
         slope, intercept = np.zeros(len(times)), np.zeros(len(times))
         exponent, log_scale = np.zeros(len(times)), np.zeros(len(times))
         for start in np.unique(self.time_regime_):
